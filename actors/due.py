@@ -1,0 +1,64 @@
+"""An actor that sleeps until the earliest due instant of some work, then runs it.
+
+The delay timer (scheduled jobs becoming pending) and the lease reaper (lapsed
+leases) are both this shape: ask the store for the earliest instant, sleep to
+it, handle everything due, ask again. A writer that adds an earlier instant
+calls :meth:`DueActor.note`, which wakes the actor to look again. Nothing polls.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import trio
+
+from actors.clock import Clock
+
+
+class DueWork(Protocol):
+    """What a :class:`DueActor` needs from storage."""
+
+    def earliest(self) -> int | None:
+        """The wall instant (ms) of the earliest due item, or None."""
+
+    async def run_due(self, now_ms: int) -> None:
+        """Handle every item due at ``now_ms``."""
+
+
+class DueActor:
+    """Sleeps to the earliest instant of its :class:`DueWork`, then runs it."""
+
+    def __init__(self, clock: Clock, work: DueWork) -> None:
+        self._clock = clock
+        self._work = work
+        self._wake = trio.Event()
+        self._target: int | None = None
+        self._started = False
+
+    @property
+    def target(self) -> int | None:
+        """The instant the actor sleeps to (None when idle). May be stale-early."""
+        return self._target
+
+    def note(self, at_ms: int) -> None:
+        """Tell the actor an item is due at ``at_ms``; wakes it if that is sooner."""
+        if self._target is None or at_ms < self._target:
+            self._target = at_ms
+            self._wake.set()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The actor's task: runs until cancelled."""
+        task_status.started()
+        while True:
+            self._wake = trio.Event()
+            self._target = self._work.earliest()
+            if self._target is None:
+                await self._wake.wait()
+                continue
+            now = self._clock.now_ms()
+            if self._target <= now:
+                await self._work.run_due(now)
+                await trio.lowlevel.checkpoint()
+                continue
+            with trio.move_on_at(self._clock.deadline_for(self._target)):
+                await self._wake.wait()

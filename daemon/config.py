@@ -1,0 +1,226 @@
+"""The operator's TOML config file, parsed into attrs classes with cattrs.
+
+Every error names the file and the field path (``sluicegate.toml:
+daemon.lease: expected a duration ...``), and unknown keys are refused with a
+"did you mean" hint. No file means the built-in defaults: open mode, state in
+``./sluicegate-data/``. See PROTOCOL.md, "Config file".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+import attrs
+import cattrs
+
+from daemon.durations import parse_duration_ms
+from daemon.validation import describe
+
+GRANTS = frozenset(
+    {"produce", "consume", "manage", "set_admission_policy", "clear_admission_policy", "operator"}
+)
+NAME_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+DEFAULT_PATH = Path("sluicegate.toml")
+ENV_CONFIG = "SLUICEGATE_CONFIG"
+
+
+class ConfigError(Exception):
+    """A config file that cannot be used; ``problems`` lists ``path: message`` lines."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = problems
+        super().__init__("\n".join(f"{source}: {p}" for p in problems))
+
+
+Duration = int  # milliseconds; the TOML may say "30s"
+
+
+@attrs.frozen
+class DaemonConfig:
+    """``[daemon]``: where state lives, the listeners and the store."""
+
+    state_dir: str = "./sluicegate-data"
+    database: str = ""
+    socket: str = ""
+    http: str = "127.0.0.1:7890"
+    maintenance: bool = True
+    enforce: bool = True
+    max_budgets: int = attrs.field(default=8192, validator=attrs.validators.ge(0))
+    max_frame_bytes: int = attrs.field(default=1_048_576, validator=attrs.validators.ge(1024))
+    lease: Duration = attrs.field(default=60_000, validator=attrs.validators.ge(1))
+    synchronous: Literal["normal", "full"] = "normal"
+    metrics_token: str = ""
+    rollup_interval: Duration = 3_600_000
+    #: Distinct ``queue`` label values on metrics before ``__other__``.
+    metrics_max_queues: int = attrs.field(default=100, validator=attrs.validators.ge(1))
+    #: Bytes of unsent answers a client may leave unread before it is cut off.
+    max_send_buffer_bytes: int = attrs.field(
+        default=8 * 1_048_576, validator=attrs.validators.ge(65536)
+    )
+    #: Bound on finishing requests in flight after SIGTERM.
+    shutdown_grace: Duration = 10_000
+    #: Sample the event loop's lag every N ms (0: off). For benchmarks.
+    loop_probe: Duration = 0
+
+    def state_path(self) -> Path:
+        return Path(self.state_dir)
+
+    def database_path(self) -> Path:
+        return Path(self.database) if self.database else self.state_path() / "sluicegate.db"
+
+    def socket_path(self) -> Path:
+        return Path(self.socket) if self.socket else self.state_path() / "sluicegate.sock"
+
+
+@attrs.frozen
+class RetentionConfig:
+    """``[retention]``: how long finished jobs are kept by default."""
+
+    completed_ttl: Duration = 7 * 86_400_000
+    dead_ttl: Duration = 30 * 86_400_000
+    batch: int = attrs.field(default=1000, validator=attrs.validators.ge(1))
+
+
+def _check_name(_inst: object, attr: attrs.Attribute, value: str) -> None:
+    if not NAME_RE.match(value):
+        raise ValueError(f"{attr.name} must be 1-128 characters of [A-Za-z0-9._:-]")
+
+
+def _check_grants(_inst: object, _attr: attrs.Attribute, value: tuple[str, ...]) -> None:
+    unknown = sorted(set(value) - GRANTS)
+    if unknown:
+        raise ValueError(f"unknown grant {unknown[0]!r}; grants are {', '.join(sorted(GRANTS))}")
+
+
+def _check_hex(_inst: object, _attr: attrs.Attribute, value: str) -> None:
+    if value and not re.fullmatch(r"[0-9a-fA-F]{64}", value):
+        raise ValueError("sha256 must be 64 hex characters: the sha256 of the token")
+
+
+@attrs.frozen
+class TokenConfig:
+    """``[[tokens]]``: a bearer token, its namespace, grants and queue scope."""
+
+    name: str
+    namespace: str = attrs.field(default="default", validator=_check_name)
+    sha256: str = attrs.field(default="", validator=_check_hex)
+    token: str = ""
+    grants: tuple[str, ...] = attrs.field(default=("produce", "consume"), validator=_check_grants)
+    queues: tuple[str, ...] = ("*",)
+
+    def digest(self) -> str:
+        """The token's sha256 in lower-case hex."""
+        if self.sha256:
+            return self.sha256.lower()
+        return hashlib.sha256(self.token.encode()).hexdigest()
+
+
+@attrs.frozen
+class Config:
+    """The whole config file. Sections of later features are kept as raw tables."""
+
+    daemon: DaemonConfig = attrs.field(factory=DaemonConfig)
+    retention: RetentionConfig = attrs.field(factory=RetentionConfig)
+    tokens: tuple[TokenConfig, ...] = ()
+    quotas: dict[str, dict[str, Any]] = attrs.field(factory=dict)
+    budgets: dict[str, dict[str, Any]] = attrs.field(factory=dict)
+    policies: dict[str, dict[str, Any]] = attrs.field(factory=dict)
+    #: Where this config came from ("<defaults>" when no file).
+    source: str = "<defaults>"
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def open_mode(self) -> bool:
+        """No tokens configured: every connection is ``default`` with every grant."""
+        return not self.tokens
+
+
+def _make_converter() -> cattrs.Converter:
+    conv = cattrs.Converter(forbid_extra_keys=True)
+    conv.register_structure_hook(Duration, lambda v, _t: parse_duration_ms(v))
+
+    def strict(kind: type, label: str):
+        def hook(value: object, _t: object) -> object:
+            if type(value) is not kind:
+                raise TypeError(f"expected {label}, got {type(value).__name__} {value!r}")
+            return value
+
+        return hook
+
+    conv.register_structure_hook(str, strict(str, "a string"))
+    conv.register_structure_hook(bool, strict(bool, "true or false"))
+    conv.register_structure_hook(int, strict(int, "an integer"))
+    return conv
+
+
+# Durations are plain ints in the type system; mark their fields by name.
+_DURATION_FIELDS = {
+    DaemonConfig: {"lease", "rollup_interval", "shutdown_grace", "loop_probe"},
+    RetentionConfig: {"completed_ttl", "dead_ttl"},
+}
+_converter = _make_converter()
+for _cls, _fields in _DURATION_FIELDS.items():
+    _converter.register_structure_hook(
+        _cls,
+        cattrs.gen.make_dict_structure_fn(
+            _cls,
+            _converter,
+            _cattrs_forbid_extra_keys=True,
+            **{
+                f: cattrs.gen.override(struct_hook=lambda v, _t: parse_duration_ms(v))
+                for f in _fields
+            },
+        ),
+    )
+
+
+def _describe(exc: BaseException) -> list[str]:
+    return [f"{path or '(top level)'}: {message}" for path, message in describe(exc)]
+
+
+def parse_config(data: dict[str, Any], source: str) -> Config:
+    """Build a :class:`Config` from decoded TOML; raise :class:`ConfigError`."""
+    data = dict(data)
+    try:
+        config = _converter.structure(data, Config)
+    except Exception as exc:  # cattrs wraps every field error; flatten them all
+        raise ConfigError(source, _describe(exc) or [str(exc)]) from None
+    problems: list[str] = []
+    warnings: list[str] = []
+    seen: set[str] = set()
+    for i, token in enumerate(config.tokens):
+        where = f"tokens[{i}]"
+        if bool(token.sha256) == bool(token.token):
+            problems.append(f"{where}: give exactly one of sha256 or token")
+        elif token.token:
+            warnings.append(f"{where} ({token.name}): plain token in the config file; use sha256")
+        digest = token.digest()
+        if digest in seen:
+            problems.append(f"{where}: the same token is configured twice")
+        seen.add(digest)
+    if problems:
+        raise ConfigError(source, problems)
+    return attrs.evolve(config, source=source, warnings=tuple(warnings))
+
+
+def load_config(path: str | os.PathLike[str] | None = None) -> Config:
+    """Load ``path``, else ``$SLUICEGATE_CONFIG``, else ``./sluicegate.toml``, else defaults."""
+    chosen = path or os.environ.get(ENV_CONFIG) or (DEFAULT_PATH if DEFAULT_PATH.exists() else None)
+    if chosen is None:
+        return Config()
+    source = str(chosen)
+    try:
+        raw = Path(chosen).read_bytes()
+    except OSError as exc:
+        raise ConfigError(source, [f"cannot read: {exc.strerror or exc}"]) from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(source, [f"not valid TOML: {exc}"]) from None
+    return parse_config(data, source)

@@ -1,0 +1,239 @@
+"""The daemon's core: the store, the actors and the effects of job transitions.
+
+Both transports call verbs with a :class:`Core`. Verbs write through
+:attr:`Core.writer` (group commits) and describe what their writes did with
+:meth:`Core.moved`/:meth:`Core.added`, whose effects (counts, doorbells, timer
+nudges, metrics) run only once the transaction has committed.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import sqlite_utils
+import trio
+
+from actors import lifecycle as lc
+from actors.clock import Clock
+from actors.counts import QueueCounts
+from actors.ids import IdMint
+from actors.reaper import DelayTimer, LeaseReaper
+from actors.router import ClaimRouter
+from daemon import __version__
+from daemon.config import Config
+from daemon.metrics import Metrics
+from daemon.session import Authenticator
+from daemon.store import jobs as sql
+from daemon.store import queues as queue_sql
+from daemon.store.database import GroupCommit, Tx
+
+log = logging.getLogger("sluicegate.core")
+QueueKey = tuple[str, str]
+
+
+class Core:
+    """Everything a verb needs, owned by the daemon for its whole life."""
+
+    def __init__(self, config: Config, db: sqlite_utils.Database, clock: Clock) -> None:
+        self.config = config
+        self.db = db
+        self.conn = db.conn
+        self.clock = clock
+        self.auth = Authenticator(config)
+        self.writer = GroupCommit(self.conn, clock.now_ms)
+        self.router = ClaimRouter()
+        self.counts = QueueCounts()
+        self.ids = IdMint()
+        self.metrics = Metrics(config.daemon.metrics_max_queues)
+        self.reaper = LeaseReaper(clock, _Lapsed(self))
+        self.delay_timer = DelayTimer(clock, _Due(self))
+        self.started_at = clock.now_ms()
+        self.draining = False
+        self.known_queues: set[QueueKey] = set()
+        self.problems: list[str] = []
+        self.recover()
+
+    # -- start-up -------------------------------------------------------------
+
+    def recover(self) -> None:
+        """Rebuild in-memory state from the store."""
+        self.counts.load(sql.state_counts(self.conn))
+        self.known_queues = {(ns, q) for ns, q, _c, _d in queue_sql.all_queues(self.conn)}
+        self.metrics.bind(self)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run the committer and the timers until cancelled."""
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.writer.run)
+            await nursery.start(self.reaper.run)
+            await nursery.start(self.delay_timer.run)
+            task_status.started()
+
+    def drain(self) -> None:
+        """SIGTERM: refuse new waits, answer waiting claims empty."""
+        self.draining = True
+        self.router.close()
+
+    def reload(self, config: Config) -> None:
+        """Take a reloaded config: tokens now, the rest as features read it."""
+        self.config = config
+        self.auth = Authenticator(config)
+
+    def health_problems(self) -> list[str]:
+        """What ``/healthz`` reports as degraded (a broken config reload, ...)."""
+        return list(self.problems)
+
+    def version_info(self) -> dict[str, object]:
+        """The ``daemon`` part of ``status``."""
+        return {"version": __version__, "started_at": self.started_at, "store": "sqlite"}
+
+    # -- effects of committed transitions -------------------------------------
+
+    def ensure_queue(self, tx: Tx, namespace: str, queue: str) -> None:
+        """Record a queue at its first enqueue."""
+        key = (namespace, queue)
+        if key not in self.known_queues:
+            queue_sql.ensure(tx.conn, namespace, queue, tx.now_ms)
+            tx.after(lambda: self.known_queues.add(key))
+
+    def added(self, tx: Tx, row: sql.Row) -> None:
+        """A job row was inserted in its arrival state."""
+        key = (row[sql.NAMESPACE], row[sql.QUEUE])
+        state = row[sql.STATE]
+        ready_at = row[sql.READY_AT]
+
+        def effect() -> None:
+            before = self.counts.get(key, lc.PENDING)
+            self.counts.add(key, state)
+            self.metrics.enqueued(key[1], state)
+            self._after_arrival(key, state, ready_at, before, 1)
+
+        tx.after(effect)
+
+    def moved(self, tx: Tx, before: sql.Row, after: sql.Row) -> None:
+        """A job went from ``before``'s state to ``after``'s."""
+        key = (after[sql.NAMESPACE], after[sql.QUEUE])
+        source, target = before[sql.STATE], after[sql.STATE]
+        ready_at, expires = after[sql.READY_AT], after[sql.LEASE_EXPIRES_AT]
+
+        def effect() -> None:
+            pending_before = self.counts.get(key, lc.PENDING)
+            self.counts.move(key, source, target)
+            self.metrics.moved(key[1], source, target)
+            if target == lc.RUNNING and expires is not None:
+                self.reaper.note(expires)
+            self._after_arrival(key, target, ready_at, pending_before, 1)
+
+        tx.after(effect)
+
+    def claimed(self, tx: Tx, rows: list[sql.Row]) -> None:
+        """Jobs were claimed (pending -> running) by one claim statement."""
+        if not rows:
+            return
+        now = tx.now_ms
+        earliest = min(r[sql.LEASE_EXPIRES_AT] for r in rows)
+
+        def effect() -> None:
+            for row in rows:
+                key = (row[sql.NAMESPACE], row[sql.QUEUE])
+                self.counts.move(key, lc.PENDING, lc.RUNNING)
+                self.metrics.moved(key[1], lc.PENDING, lc.RUNNING)
+                self.metrics.claim_wait(key[1], max(0, now - row[sql.READY_AT]) / 1000)
+            self.reaper.note(earliest)
+
+        tx.after(effect)
+
+    def promoted(self, tx: Tx, keys: list[tuple[str, str]]) -> None:
+        """Scheduled jobs of ``keys`` (one entry per job) became pending."""
+        if not keys:
+            return
+
+        def effect() -> None:
+            per_queue: dict[QueueKey, int] = {}
+            for key in keys:
+                per_queue[key] = per_queue.get(key, 0) + 1
+            for key, n in per_queue.items():
+                before = self.counts.get(key, lc.PENDING)
+                self.counts.move(key, lc.SCHEDULED, lc.PENDING, n)
+                self.metrics.moved(key[1], lc.SCHEDULED, lc.PENDING, n)
+                self.router.ring(key, n, pending=before + n, edge=before == 0)
+
+        tx.after(effect)
+
+    def _after_arrival(
+        self, key: QueueKey, state: str, ready_at: int, pending_before: int, n: int
+    ) -> None:
+        if state == lc.PENDING:
+            self.router.ring(key, n, pending=pending_before + n, edge=pending_before == 0)
+        elif state == lc.SCHEDULED:
+            self.delay_timer.note(ready_at)
+
+    # -- work the timers and claims share --------------------------------------
+
+    def promote_due(self, tx: Tx) -> None:
+        """Make every scheduled job whose time has come pending."""
+        rows = sql.promote_due(tx.conn, tx.now_ms)
+        self.promoted(tx, [(r[0], r[1]) for r in rows])
+
+    def reap_lapsed(self, tx: Tx) -> None:
+        """Return lapsed leases to pending, or to dead when attempts are spent."""
+        for row in sql.lapsed(tx.conn, tx.now_ms):
+            if row[sql.ATTEMPTS] >= row[sql.MAX_ATTEMPTS]:
+                after = sql.finish(
+                    tx.conn,
+                    row[sql.ID],
+                    state=lc.check("reap", lc.RUNNING, lc.DEAD),
+                    now=tx.now_ms,
+                    error="lease expired",
+                    dead=sql.dumps({"at": tx.now_ms, "reason": "attempts_exhausted"}),
+                )
+            else:
+                after = sql.finish(
+                    tx.conn,
+                    row[sql.ID],
+                    state=lc.check("reap", lc.RUNNING, lc.PENDING),
+                    now=tx.now_ms,
+                    error="lease expired",
+                )
+            self.moved(tx, row, after)
+
+    def catch_up(self, tx: Tx) -> None:
+        """Before a claim: promote and reap whatever the timers are about to.
+
+        So a job is claimable exactly at its ``ready_at`` and a lapsed lease can
+        be taken over before the reaper runs. Both are indexed no-ops when
+        nothing is due.
+        """
+        now = tx.now_ms
+        target = self.delay_timer.target
+        if target is not None and target <= now:
+            self.promote_due(tx)
+        target = self.reaper.target
+        if target is not None and target <= now:
+            self.reap_lapsed(tx)
+
+
+class _Due:
+    """The delay timer's view of the store."""
+
+    def __init__(self, core: Core) -> None:
+        self._core = core
+
+    def earliest(self) -> int | None:
+        return sql.earliest_scheduled(self._core.conn)
+
+    async def run_due(self, now_ms: int) -> None:
+        await self._core.writer.write(self._core.promote_due)
+
+
+class _Lapsed:
+    """The lease reaper's view of the store."""
+
+    def __init__(self, core: Core) -> None:
+        self._core = core
+
+    def earliest(self) -> int | None:
+        return sql.earliest_lease_expiry(self._core.conn)
+
+    async def run_due(self, now_ms: int) -> None:
+        await self._core.writer.write(self._core.reap_lapsed)

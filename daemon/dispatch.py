@@ -1,0 +1,60 @@
+"""Calling a verb: the checks every call passes, in PROTOCOL.md's order.
+
+1. naming another namespace without ``operator``: ``forbidden``;
+2. a verb the session is not granted: ``forbidden``;
+3. arguments structured strictly (``invalid_argument`` naming the field);
+4. the verb itself checks queue scope and ownership of what it names.
+
+Both transports call :func:`dispatch`; an unexpected exception becomes an
+``internal`` refusal with a logged reference, never a dead connection.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from actors.errors import Refused, internal_error, invalid
+from daemon.session import Session
+from daemon.verbs import VERBS, Call
+from daemon.wire import NAME_RE, structure
+
+if TYPE_CHECKING:
+    from actors.router import EventSink
+    from daemon.core import Core
+
+
+async def dispatch(
+    core: Core,
+    session: Session,
+    op: Any,
+    args: dict[str, Any],
+    *,
+    events: EventSink | None = None,
+    owner: object = None,
+) -> dict[str, Any]:
+    """Run verb ``op`` with ``args`` (without ``id``/``op``) for ``session``."""
+    verb = VERBS.get(op) if isinstance(op, str) else None
+    if verb is None:
+        if op is None:
+            raise invalid("op", "op is required")
+        raise invalid("op", f"unknown op {op!r}" if isinstance(op, str) else "op must be a string")
+    if verb.name != "hello" and not session.authenticated:
+        raise Refused("unauthenticated", "say hello with a token first")
+    namespace = session.namespace
+    if "namespace" in args:
+        target = args.pop("namespace")
+        if not isinstance(target, str) or not NAME_RE.match(target):
+            raise invalid("namespace", "namespace must be 1-128 characters of [A-Za-z0-9._:-]")
+        if target != namespace:
+            if not session.has("operator"):
+                raise Refused("forbidden", "naming another namespace needs the operator grant")
+            namespace = target
+    if verb.grants and not any(session.has(g) for g in verb.grants):
+        raise Refused("forbidden", f"this token is not granted {verb.name!r}")
+    parsed = structure(args, verb.args)
+    try:
+        return await verb.handler(core, Call(session, namespace, events, owner), parsed)
+    except Refused:
+        raise
+    except Exception as exc:
+        raise internal_error(exc) from exc

@@ -1,0 +1,223 @@
+"""The HTTP transport: a small ASGI app over the same verb table as the socket.
+
+Routes (PROTOCOL.md, HTTP transport): ``POST /v1/ops/<verb>`` for every verb,
+the REST faces ``POST /jobs``, ``GET /jobs/{id}``, ``GET /jobs``, and
+``GET /healthz``, ``GET /metrics``, ``GET /`` (the board). Bodies and answers
+are JSON or msgpack by ``Content-Type``/``Accept``. A refusal answers its
+status with ``{"error": message, "code": code, ...details}`` and, for a 429,
+a ``Retry-After`` header.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs
+
+import msgpack
+import orjson
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from actors.errors import Refused, internal_error, invalid
+from daemon.dispatch import dispatch
+from daemon.session import Session
+
+if TYPE_CHECKING:
+    from daemon.core import Core
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+MAX_BODY = 1_048_576
+JSON = "application/json"
+MSGPACK = "application/msgpack"
+
+
+class Reply:
+    """An HTTP answer: status, body object (or raw bytes) and extra headers."""
+
+    def __init__(self, status: int, body: Any = None, headers: dict[str, str] | None = None,
+                 raw: bytes | None = None, content_type: str | None = None) -> None:  # fmt: skip
+        self.status = status
+        self.body = body
+        self.headers = headers or {}
+        self.raw = raw
+        self.content_type = content_type
+
+
+def refusal_reply(refused: Refused) -> Reply:
+    """The HTTP face of a refusal."""
+    details = {k: v for k, v in refused.details.items()}
+    headers = {}
+    if "retry_after" in details:
+        headers["retry-after"] = str(details["retry_after"])
+    return Reply(refused.status, {"error": refused.message, "code": refused.code, **details},
+                 headers)  # fmt: skip
+
+
+class HttpApp:
+    """The ASGI application."""
+
+    def __init__(self, core: Core) -> None:
+        self.core = core
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        accept_msgpack = MSGPACK in headers.get("accept", "")
+        try:
+            reply = await self._route(scope, receive, headers)
+        except Refused as refused:
+            reply = refusal_reply(refused)
+        except Exception as exc:
+            reply = refusal_reply(internal_error(exc))
+        await _send_reply(send, reply, accept_msgpack)
+
+    async def _route(self, scope: Scope, receive: Receive, headers: dict[str, str]) -> Reply:
+        method, path = scope["method"], scope["path"]
+        if path == "/healthz" and method == "GET":
+            return self._healthz()
+        if path == "/metrics" and method == "GET":
+            return self._metrics(headers)
+        if path == "/" and method == "GET":
+            return Reply(200, raw=_BOARD, content_type="text/html; charset=utf-8")
+        session = self._session(headers)
+        query = {k: v[-1] for k, v in parse_qs(scope.get("query_string", b"").decode()).items()}
+        if path.startswith("/v1/ops/") and method == "POST":
+            body = await _read_body(receive, headers)
+            return Reply(200, await self._call(session, path[len("/v1/ops/"):], body))
+        if path == "/jobs":
+            if method == "POST":
+                return await self._post_jobs(session, await _read_body(receive, headers))
+            if method == "GET":
+                args: dict[str, Any] = {k: v for k, v in query.items()
+                                        if k in ("queue", "status", "after", "namespace")}
+                if "limit" in query:
+                    args["limit"] = _int_param("limit", query["limit"])
+                return Reply(200, await self._call(session, "list", args))
+        if path.startswith("/jobs/") and method == "GET":
+            args = {"job_id": path[len("/jobs/"):]}
+            if "namespace" in query:
+                args["namespace"] = query["namespace"]
+            return Reply(200, (await self._call(session, "get", args))["job"])
+        known = path in ("/jobs", "/healthz", "/metrics", "/")
+        if known or path.startswith(("/jobs/", "/v1/ops/")):
+            return Reply(405, {"error": f"method {method} not allowed", "code": "invalid_argument"})
+        return Reply(404, {"error": f"no route {path}", "code": "not_found"})
+
+    def _session(self, headers: dict[str, str]) -> Session:
+        auth = self.core.auth
+        if auth.open_mode:
+            return auth.new_session()
+        value = headers.get("authorization", "")
+        token = value[7:].strip() if value[:7].lower() == "bearer " else None
+        return auth.check(token)
+
+    async def _call(self, session: Session, op: str, body: Any) -> dict[str, Any]:
+        if not isinstance(body, dict):
+            raise Refused("bad_frame", "the body must be a JSON object")
+        if op == "hello":
+            raise invalid("op", "hello is for the socket; use a bearer token over HTTP")
+        return await dispatch(self.core, session, op, dict(body))
+
+    async def _post_jobs(self, session: Session, body: Any) -> Reply:
+        if isinstance(body, dict) and "jobs" in body:
+            result = await self._call(session, "enqueue_many", body)
+            return Reply(201, result)
+        result = await self._call(session, "enqueue", body)
+        job = result.pop("job")
+        status = 200 if result["duplicate"] or result["folded"] else 201
+        return Reply(status, {**job, **result})
+
+    def _healthz(self) -> Reply:
+        problems = self.core.health_problems()
+        if self.core.draining:
+            return Reply(503, {"status": "draining", "problems": ["the daemon is draining"]})
+        if problems:
+            return Reply(200, {"status": "degraded", "problems": problems})
+        return Reply(200, {"status": "ok"})
+
+    def _metrics(self, headers: dict[str, str]) -> Reply:
+        token = self.core.config.daemon.metrics_token
+        if token:
+            given = headers.get("authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+                return refusal_reply(Refused("unauthenticated", "a metrics bearer is required"))
+        return Reply(200, raw=generate_latest(self.core.metrics.registry),
+                     content_type=CONTENT_TYPE_LATEST)  # fmt: skip
+
+
+def _int_param(name: str, value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise invalid(name, f"{name} must be an integer") from None
+
+
+async def _read_body(receive: Receive, headers: dict[str, str]) -> Any:
+    length = headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > MAX_BODY:
+        raise Refused("payload_too_large", f"body exceeds {MAX_BODY} bytes", limit="body",
+                      max=MAX_BODY)  # fmt: skip
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise Refused("bad_frame", "the client went away")
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise Refused("payload_too_large", f"body exceeds {MAX_BODY} bytes", limit="body",
+                          max=MAX_BODY)  # fmt: skip
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            break
+    raw = b"".join(chunks)
+    if not raw.strip():
+        return {}
+    try:
+        if MSGPACK in headers.get("content-type", ""):
+            return msgpack.unpackb(raw, raw=False, strict_map_key=True)
+        return orjson.loads(raw)
+    except Exception as exc:
+        raise Refused("bad_frame", f"the body does not decode: {str(exc)[:200]}") from None
+
+
+async def _send_reply(send: Send, reply: Reply, accept_msgpack: bool) -> None:
+    if reply.raw is not None:
+        body, ctype = reply.raw, reply.content_type or "application/octet-stream"
+    elif reply.body is None or reply.status == 204:
+        body, ctype = b"", None
+    elif accept_msgpack:
+        body, ctype = msgpack.packb(reply.body, use_bin_type=True), MSGPACK
+    else:
+        body, ctype = orjson.dumps(reply.body), JSON
+    headers = [(b"content-length", str(len(body)).encode())]
+    if ctype:
+        headers.append((b"content-type", ctype.encode()))
+    headers += [(k.encode(), v.encode()) for k, v in reply.headers.items()]
+    await send({"type": "http.response.start", "status": reply.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+_BOARD = b"""<!doctype html><html><head><meta charset="utf-8"><title>Sluicegate</title></head>
+<body><h1>Sluicegate</h1><p>The operator board arrives with its own issue. Meanwhile:
+<a href="/healthz">/healthz</a>, <a href="/metrics">/metrics</a>,
+<a href="/jobs">/jobs</a>.</p></body></html>"""

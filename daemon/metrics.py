@@ -1,0 +1,139 @@
+"""Prometheus metrics, on a registry of the daemon's own.
+
+The ``queue`` label is capped: the first ``max_queues`` distinct queue names
+get their own value, later ones are folded into ``__other__``, so a producer
+inventing queue names cannot blow up the series count. Gauges are read from
+the in-memory counts at scrape time, never by counting rows.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from daemon.core import Core
+
+OTHER = "__other__"
+_WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60, 300, 3600)
+_LAG_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1)
+
+
+class QueueLabels:
+    """Maps queue names to a capped set of label values."""
+
+    def __init__(self, max_queues: int) -> None:
+        self._max = max_queues
+        self._known: set[str] = set()
+
+    def __call__(self, queue: str) -> str:
+        if queue in self._known:
+            return queue
+        if len(self._known) < self._max:
+            self._known.add(queue)
+            return queue
+        return OTHER
+
+
+class Metrics:
+    """The daemon's metrics; verbs and actors report through these methods."""
+
+    def __init__(self, max_queues: int = 100) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.label = QueueLabels(max_queues)
+        r = self.registry
+        self._enqueued = Counter(
+            "sluicegate_jobs_enqueued", "Jobs enqueued.", ["queue"], registry=r
+        )
+        self._claimed = Counter("sluicegate_jobs_claimed", "Jobs claimed.", ["queue"], registry=r)
+        self._completed = Counter(
+            "sluicegate_jobs_completed", "Jobs completed.", ["queue"], registry=r
+        )
+        self._failed = Counter(
+            "sluicegate_jobs_failed", "Failed attempts reported by workers.", ["queue"], registry=r
+        )
+        self._dead = Counter("sluicegate_jobs_dead", "Jobs that went dead.", ["queue"], registry=r)
+        self._claim_wait = Histogram(
+            "sluicegate_claim_wait_seconds",
+            "Time from a job's ready_at to its claim.",
+            ["queue"],
+            buckets=_WAIT_BUCKETS,
+            registry=r,
+        )
+        self.loop_lag = Histogram(
+            "sluicegate_loop_lag_seconds",
+            "Lateness of the event-loop probe's wake-ups (daemon.loop_probe).",
+            buckets=_LAG_BUCKETS,
+            registry=r,
+        )
+        self.lag_samples: deque[float] = deque(maxlen=100_000)
+        self._core: Core | None = None
+
+    def bind(self, core: Core) -> None:
+        """Read gauges from ``core`` at scrape time."""
+        if self._core is None:
+            self.registry.register(_Gauges(core, self.label))
+        self._core = core
+
+    def enqueued(self, queue: str, state: str) -> None:
+        self._enqueued.labels(self.label(queue)).inc()
+        if state == "dead":
+            self._dead.labels(self.label(queue)).inc()
+
+    def moved(self, queue: str, source: str, target: str, n: int = 1) -> None:
+        label = self.label(queue)
+        if target == "running":
+            self._claimed.labels(label).inc(n)
+        elif target == "completed":
+            self._completed.labels(label).inc(n)
+        if target == "dead":
+            self._dead.labels(label).inc(n)
+
+    def failed(self, queue: str) -> None:
+        """A worker reported a failure, or a lease lapsed."""
+        self._failed.labels(self.label(queue)).inc()
+
+    def observe_lag(self, seconds: float) -> None:
+        """One sample of event-loop lag."""
+        self.loop_lag.observe(seconds)
+        self.lag_samples.append(seconds)
+
+    def lag_summary(self) -> dict[str, float] | None:
+        """p50/p99/max of recent lag samples in ms, when the probe runs."""
+        if not self.lag_samples:
+            return None
+        ordered = sorted(self.lag_samples)
+        pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000  # noqa: E731
+        return {"p50_ms": pick(0.5), "p99_ms": pick(0.99), "max_ms": ordered[-1] * 1000,
+                "samples": len(ordered)}  # fmt: skip
+
+    def claim_wait(self, queue: str, seconds: float) -> None:
+        self._claim_wait.labels(self.label(queue)).observe(seconds)
+
+
+class _Gauges(Collector):
+    def __init__(self, core: Core, label: QueueLabels) -> None:
+        self._core = core
+        self._label = label
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        jobs = GaugeMetricFamily(
+            "sluicegate_jobs", "Jobs by queue and status.", labels=["queue", "status"]
+        )
+        folded: dict[tuple[str, str], int] = {}
+        for (_ns, queue), counts in self._core.counts:
+            label = self._label(queue)
+            for status, n in counts.items():
+                folded[(label, status)] = folded.get((label, status), 0) + n
+        for (label, status), n in sorted(folded.items()):
+            jobs.add_metric([label, status], n)
+        yield jobs
+        stats = self._core.router.statistics()
+        waiting = GaugeMetricFamily("sluicegate_waiting_claims", "Claims waiting for work.")
+        waiting.add_metric([], stats.waiters)
+        yield waiting

@@ -1,0 +1,61 @@
+"""Named SQL for the audit trail: every quota, budget, policy and queue write."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+import orjson
+
+
+def record(
+    conn: sqlite3.Connection,
+    *,
+    at: int,
+    actor: str,
+    namespace: str,
+    target_kind: str,
+    target: str,
+    action: str,
+    before: Any,
+    after: Any,
+) -> None:
+    """Append one audit record (``before``/``after`` stored as JSON)."""
+    conn.execute(
+        "INSERT INTO audit (at, actor, namespace, target_kind, target, action, before, after) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (at, actor, namespace, target_kind, target, action,
+         orjson.dumps(before).decode(), orjson.dumps(after).decode()),
+    )  # fmt: skip
+
+
+def list_records(
+    conn: sqlite3.Connection,
+    namespace: str,
+    *,
+    target_kind: str | None,
+    target: str | None,
+    after: int | None,
+    limit: int,
+) -> list[dict[str, Any]]:
+    """Audit records of ``namespace`` oldest first, after the cursor ``after``."""
+    where = ["namespace = ?"]
+    params: list[Any] = [namespace]
+    for column, value in (("target_kind", target_kind), ("target", target)):
+        if value is not None:
+            where.append(f"{column} = ?")
+            params.append(value)
+    if after is not None:
+        where.append("id > ?")
+        params.append(after)
+    params.append(limit)
+    rows = conn.execute(
+        "SELECT id, at, actor, target_kind, target, action, before, after FROM audit "
+        f"WHERE {' AND '.join(where)} ORDER BY id LIMIT ?",
+        params,
+    ).fetchall()
+    return [
+        {"id": r[0], "at": r[1], "actor": r[2], "target_kind": r[3], "target": r[4],
+         "action": r[5], "before": orjson.loads(r[6]), "after": orjson.loads(r[7])}
+        for r in rows
+    ]  # fmt: skip

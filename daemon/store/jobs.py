@@ -1,0 +1,269 @@
+"""Named SQL for job rows. Every statement a verb or actor runs on ``jobs``.
+
+Rows travel as tuples in :data:`COLUMNS` order; :func:`to_wire` turns one into
+the job object of the wire contract. Functions take a ``sqlite3.Connection``
+(inside a group transaction for writes) and an explicit ``now`` where time
+matters, never reading a clock themselves.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+COLUMNS = (
+    "id", "namespace", "queue", "type", "payload", "priority", "state", "attempts",
+    "max_attempts", "lease_ms", "ready_at", "created_at", "updated_at", "finished_at",
+    "lease", "lease_expires_at", "unique_key", "budgets", "error", "result", "dead",
+)  # fmt: skip
+COLS = ", ".join(COLUMNS)
+(ID, NAMESPACE, QUEUE, TYPE, PAYLOAD, PRIORITY, STATE, ATTEMPTS, MAX_ATTEMPTS, LEASE_MS,
+ READY_AT, CREATED_AT, UPDATED_AT, FINISHED_AT, LEASE, LEASE_EXPIRES_AT, UNIQUE_KEY, BUDGETS,
+ ERROR, RESULT, DEAD) = range(len(COLUMNS))  # fmt: skip
+
+Row = tuple[Any, ...]
+
+_INSERT = f"INSERT INTO jobs ({COLS}) VALUES ({', '.join('?' * len(COLUMNS))})"
+_GET = f"SELECT {COLS} FROM jobs WHERE id = ? AND namespace = ?"
+_FIND_UNIQUE = (
+    f"SELECT {COLS} FROM jobs WHERE namespace = ? AND queue = ? AND unique_key = ? "
+    "AND state IN ('scheduled', 'pending', 'running')"
+)
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON text, as stored and as measured for size caps."""
+    return orjson.dumps(value).decode()
+
+
+def _loads(text: str | None) -> Any:
+    return None if text is None else orjson.loads(text)
+
+
+def to_wire(row: Row) -> dict[str, Any]:
+    """The job object of PROTOCOL.md for one row (``admission`` added by callers)."""
+    return {
+        "id": row[ID],
+        "namespace": row[NAMESPACE],
+        "queue": row[QUEUE],
+        "type": row[TYPE],
+        "payload": orjson.loads(row[PAYLOAD]),
+        "priority": row[PRIORITY],
+        "status": row[STATE],
+        "attempts": row[ATTEMPTS],
+        "max_attempts": row[MAX_ATTEMPTS],
+        "lease_ms": row[LEASE_MS],
+        "ready_at": row[READY_AT],
+        "created_at": row[CREATED_AT],
+        "updated_at": row[UPDATED_AT],
+        "finished_at": row[FINISHED_AT],
+        "lease": row[LEASE],
+        "lease_expires_at": row[LEASE_EXPIRES_AT],
+        "budgets": _loads(row[BUDGETS]) or [],
+        "unique_key": row[UNIQUE_KEY],
+        "error": row[ERROR],
+        "result": _loads(row[RESULT]),
+        "dead": _loads(row[DEAD]),
+        "admission": None,
+    }
+
+
+def insert(conn: sqlite3.Connection, rows: Sequence[Row]) -> None:
+    """Insert new job rows."""
+    conn.executemany(_INSERT, rows)
+
+
+def get(conn: sqlite3.Connection, namespace: str, job_id: str) -> Row | None:
+    """One job of ``namespace``; another namespace's job reads as absent."""
+    return conn.execute(_GET, (job_id, namespace)).fetchone()
+
+
+def find_live_unique(conn: sqlite3.Connection, namespace: str, queue: str, key: str) -> Row | None:
+    """The live (scheduled, pending or running) job holding ``unique_key``, if any."""
+    return conn.execute(_FIND_UNIQUE, (namespace, queue, key)).fetchone()
+
+
+def fold(conn: sqlite3.Connection, job_id: str, payload: str, ready_at: int, now: int) -> Row:
+    """Debounce: replace a waiting job's payload and push its ``ready_at``."""
+    return conn.execute(
+        f"UPDATE jobs SET payload = ?, ready_at = ?, state = 'scheduled', updated_at = ? "
+        f"WHERE id = ? RETURNING {COLS}",
+        (payload, ready_at, now, job_id),
+    ).fetchone()
+
+
+def _claim_sql(queues: int) -> str:
+    # One indexed, LIMITed probe per queue, merged: the cost is that of reading
+    # `max` rows per queue from ix_jobs_ready, whatever the backlog behind them.
+    probe = (
+        "SELECT * FROM (SELECT id, priority, ready_at FROM jobs INDEXED BY ix_jobs_ready "
+        "WHERE namespace = ? AND queue = ? AND state = 'pending' "
+        "ORDER BY priority, ready_at, id LIMIT ?)"
+    )
+    union = " UNION ALL ".join([probe] * queues)
+    return (
+        "UPDATE jobs SET state = 'running', attempts = attempts + 1, lease = ?, "
+        "lease_expires_at = ? + COALESCE(?, lease_ms), updated_at = ? "
+        f"WHERE id IN (SELECT id FROM ({union}) ORDER BY priority, ready_at, id LIMIT ?) "
+        f"RETURNING {COLS}"
+    )
+
+
+_CLAIM_SQL: dict[int, str] = {}
+
+
+def claim_next(
+    conn: sqlite3.Connection,
+    namespace: str,
+    queues: Sequence[str],
+    limit: int,
+    lease: str,
+    lease_ms: int | None,
+    now: int,
+) -> list[Row]:
+    """Claim up to ``limit`` pending jobs of ``queues`` in order: the claim statement.
+
+    ``lease_ms`` overrides each job's own lease length when given.
+    """
+    sql = _CLAIM_SQL.get(len(queues))
+    if sql is None:
+        sql = _CLAIM_SQL[len(queues)] = _claim_sql(len(queues))
+    params: list[Any] = [lease, now, lease_ms, now]
+    for queue in queues:
+        params += (namespace, queue, limit)
+    params.append(limit)
+    rows = conn.execute(sql, params).fetchall()
+    rows.sort(key=lambda r: (r[PRIORITY], r[READY_AT], r[ID]))
+    return rows
+
+
+def claim_one(conn: sqlite3.Connection, job_id: str, lease: str, expires: int, now: int) -> Row:
+    """Claim one pending job by id."""
+    return conn.execute(
+        "UPDATE jobs SET state = 'running', attempts = attempts + 1, lease = ?, "
+        f"lease_expires_at = ?, updated_at = ? WHERE id = ? RETURNING {COLS}",
+        (lease, expires, now, job_id),
+    ).fetchone()
+
+
+def extend_lease(conn: sqlite3.Connection, job_id: str, expires: int, now: int) -> None:
+    """Heartbeat: push a running job's lease expiry."""
+    conn.execute(
+        "UPDATE jobs SET lease_expires_at = ?, updated_at = ? WHERE id = ?", (expires, now, job_id)
+    )
+
+
+def finish(
+    conn: sqlite3.Connection,
+    job_id: str,
+    *,
+    state: str,
+    now: int,
+    ready_at: int | None = None,
+    attempts_delta: int = 0,
+    error: str | None = None,
+    result: str | None = None,
+    dead: str | None = None,
+) -> Row:
+    """Move a running job out of ``running``: completed, dead, or back to waiting."""
+    final = state in ("completed", "dead")
+    return conn.execute(
+        "UPDATE jobs SET state = ?, lease = NULL, lease_expires_at = NULL, "
+        "attempts = attempts + ?, ready_at = COALESCE(?, ready_at), updated_at = ?, "
+        "finished_at = ?, error = COALESCE(?, error), result = ?, dead = ? "
+        f"WHERE id = ? RETURNING {COLS}",
+        (state, attempts_delta, ready_at, now, now if final else None, error, result, dead,
+         job_id),
+    ).fetchone()  # fmt: skip
+
+
+def replay(conn: sqlite3.Connection, job_id: str, now: int) -> Row:
+    """A dead letter back to pending: attempts 0, no error, no dead record."""
+    return conn.execute(
+        "UPDATE jobs SET state = 'pending', attempts = 0, ready_at = ?, updated_at = ?, "
+        "finished_at = NULL, error = NULL, result = NULL, dead = NULL "
+        f"WHERE id = ? RETURNING {COLS}",
+        (now, now, job_id),
+    ).fetchone()
+
+
+def promote_due(conn: sqlite3.Connection, now: int, batch: int = 1000) -> list[Row]:
+    """Scheduled jobs whose ``ready_at`` has come become pending; returns (ns, queue)."""
+    return conn.execute(
+        "UPDATE jobs SET state = 'pending', updated_at = ? WHERE id IN "
+        "(SELECT id FROM jobs WHERE state = 'scheduled' AND ready_at <= ? LIMIT ?) "
+        "RETURNING namespace, queue",
+        (now, now, batch),
+    ).fetchall()
+
+
+def lapsed(conn: sqlite3.Connection, now: int, batch: int = 1000) -> list[Row]:
+    """Running jobs whose lease expired at or before ``now``."""
+    return conn.execute(
+        f"SELECT {COLS} FROM jobs WHERE state = 'running' AND lease_expires_at <= ? "
+        "ORDER BY lease_expires_at LIMIT ?",
+        (now, batch),
+    ).fetchall()
+
+
+def earliest_scheduled(conn: sqlite3.Connection) -> int | None:
+    """The earliest ``ready_at`` of a scheduled job."""
+    return conn.execute("SELECT min(ready_at) FROM jobs WHERE state = 'scheduled'").fetchone()[0]
+
+
+def earliest_lease_expiry(conn: sqlite3.Connection) -> int | None:
+    """The earliest lease expiry of a running job."""
+    return conn.execute(
+        "SELECT min(lease_expires_at) FROM jobs WHERE state = 'running'"
+    ).fetchone()[0]
+
+
+def list_jobs(
+    conn: sqlite3.Connection,
+    namespace: str,
+    *,
+    queue: str | None,
+    state: str | None,
+    after: str | None,
+    limit: int,
+) -> list[Row]:
+    """Jobs of ``namespace`` in id order, filtered, after the cursor ``after``."""
+    where = ["namespace = ?"]
+    params: list[Any] = [namespace]
+    for column, value in (("queue", queue), ("state", state)):
+        if value is not None:
+            where.append(f"{column} = ?")
+            params.append(value)
+    if after is not None:
+        where.append("id > ?")
+        params.append(after)
+    params.append(limit)
+    return conn.execute(
+        f"SELECT {COLS} FROM jobs WHERE {' AND '.join(where)} ORDER BY id LIMIT ?", params
+    ).fetchall()
+
+
+def dead_ids(conn: sqlite3.Connection, namespace: str, queue: str | None, limit: int) -> list[str]:
+    """Ids of dead letters of ``namespace`` (optionally one queue), oldest first."""
+    if queue is None:
+        rows = conn.execute(
+            "SELECT id FROM jobs WHERE namespace = ? AND state = 'dead' ORDER BY id LIMIT ?",
+            (namespace, limit),
+        )
+    else:
+        rows = conn.execute(
+            "SELECT id FROM jobs WHERE namespace = ? AND queue = ? AND state = 'dead' "
+            "ORDER BY id LIMIT ?",
+            (namespace, queue, limit),
+        )
+    return [r[0] for r in rows]
+
+
+def state_counts(conn: sqlite3.Connection) -> list[tuple[str, str, str, int]]:
+    """(namespace, queue, state, count) for every non-empty combination."""
+    return conn.execute(
+        "SELECT namespace, queue, state, count(*) FROM jobs GROUP BY namespace, queue, state"
+    ).fetchall()

@@ -1,0 +1,119 @@
+"""Versioned schema migrations, applied with sqlite-utils.
+
+``PRAGMA user_version`` records the last migration applied; each migration runs
+in its own ``BEGIN IMMEDIATE`` transaction, so a crash leaves the schema at a
+whole version. Add a migration by appending a function to :data:`MIGRATIONS`;
+never edit one that has shipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import sqlite_utils
+
+
+def _v1_jobs_settings_audit(db: sqlite_utils.Database) -> None:
+    db["jobs"].create(
+        {
+            "id": str,
+            "namespace": str,
+            "queue": str,
+            "type": str,
+            "payload": str,
+            "priority": int,
+            "state": str,
+            "attempts": int,
+            "max_attempts": int,
+            "lease_ms": int,
+            "ready_at": int,
+            "created_at": int,
+            "updated_at": int,
+            "finished_at": int,
+            "lease": str,
+            "lease_expires_at": int,
+            "unique_key": str,
+            "budgets": str,
+            "error": str,
+            "result": str,
+            "dead": str,
+        },
+        pk="id",
+        not_null={
+            "namespace", "queue", "type", "payload", "priority", "state", "attempts",
+            "max_attempts", "lease_ms", "ready_at", "created_at", "updated_at",
+        },
+    )
+    # Partial indexes keep each hot path's index to the rows it needs: a claim
+    # reads the first rows of ix_jobs_ready, whatever the backlog behind it.
+    db.execute(
+        "CREATE INDEX ix_jobs_ready ON jobs(namespace, queue, priority, ready_at, id) "
+        "WHERE state = 'pending'"
+    )
+    db.execute("CREATE INDEX ix_jobs_scheduled ON jobs(ready_at) WHERE state = 'scheduled'")
+    db.execute("CREATE INDEX ix_jobs_lease ON jobs(lease_expires_at) WHERE state = 'running'")
+    db.execute(
+        "CREATE UNIQUE INDEX ux_jobs_unique ON jobs(namespace, queue, unique_key) "
+        "WHERE unique_key IS NOT NULL AND state IN ('scheduled', 'pending', 'running')"
+    )
+    db["jobs"].create_index(["namespace", "queue", "state", "id"], "ix_jobs_queue_state")
+    db["jobs"].create_index(["namespace", "state", "id"], "ix_jobs_state")
+    db["queues"].create(
+        {
+            "namespace": str,
+            "queue": str,
+            "completed_ttl_ms": int,
+            "dead_ttl_ms": int,
+            "created_at": int,
+        },
+        pk=("namespace", "queue"),
+        not_null={"namespace", "queue", "created_at"},
+    )
+    db["settings"].create(
+        {"key": str, "value": str, "updated_at": int}, pk="key", not_null={"value", "updated_at"}
+    )
+    db["audit"].create(
+        {
+            "id": int,
+            "at": int,
+            "actor": str,
+            "namespace": str,
+            "target_kind": str,
+            "target": str,
+            "action": str,
+            "before": str,
+            "after": str,
+        },
+        pk="id",
+        not_null={"at", "actor", "namespace", "target_kind", "target", "action"},
+    )
+    db["audit"].create_index(["namespace", "target_kind", "target", "id"], "ix_audit_target")
+
+
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_v1_jobs_settings_audit]
+
+
+def schema_version(db: sqlite_utils.Database) -> int:
+    """The last migration applied (0 for a new database)."""
+    return db.execute("PRAGMA user_version").fetchone()[0]
+
+
+def migrate(db: sqlite_utils.Database) -> int:
+    """Apply every migration past the stored version; return the new version."""
+    version = schema_version(db)
+    if version > len(MIGRATIONS):
+        raise RuntimeError(
+            f"database schema version {version} is newer than this sluicegate "
+            f"({len(MIGRATIONS)}); upgrade sluicegate"
+        )
+    for number, step in enumerate(MIGRATIONS[version:], start=version + 1):
+        conn = db.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            step(db)
+            conn.execute(f"PRAGMA user_version = {number}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    return len(MIGRATIONS)

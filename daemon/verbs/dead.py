@@ -1,0 +1,101 @@
+"""Dead letters: ``dead_list`` and ``dead_replay``.
+
+A replay puts the same job (same id) back to pending with ``attempts`` 0, in
+one transaction for the whole call. A replayed job whose ``unique_key`` is now
+held by another live job is answered as that job's duplicate and stays dead.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from actors import lifecycle as lc
+from actors.errors import Refused, invalid, not_found
+from daemon.store import jobs as sql
+from daemon.store.database import Tx
+from daemon.verbs.reading import page
+from daemon.verbs.table import Call, verb
+from daemon.wire import between, name, text
+
+if TYPE_CHECKING:
+    from daemon.core import Core
+
+MAX_REPLAY = 1000
+
+
+@attrs.frozen
+class DeadListArgs:
+    queue: str | None = attrs.field(default=None, validator=name)
+    limit: int = attrs.field(default=100, validator=between(1, 1000))
+    after: str | None = attrs.field(default=None, validator=text(64))
+
+
+@verb("dead_list", ("manage",), DeadListArgs)
+async def dead_list(core: Core, call: Call, a: DeadListArgs) -> dict[str, Any]:
+    """Dead letters in id order."""
+    return page(core, call, a.queue, lc.DEAD, a.limit, a.after)
+
+
+def _ids(_inst: Any, attr: attrs.Attribute, value: list[str] | None) -> None:
+    if value is not None:
+        if not 1 <= len(value) <= MAX_REPLAY:
+            raise invalid(attr.name, f"job_ids must hold 1-{MAX_REPLAY} ids")
+        for job_id in value:
+            text(64)(_inst, attr, job_id)
+
+
+@attrs.frozen
+class DeadReplayArgs:
+    job_ids: list[str] | None = attrs.field(default=None, validator=_ids)
+    all: bool = False
+    queue: str | None = attrs.field(default=None, validator=name)
+    limit: int = attrs.field(default=MAX_REPLAY, validator=between(1, MAX_REPLAY))
+
+    def __attrs_post_init__(self) -> None:
+        if (self.job_ids is None) == (not self.all):
+            raise invalid("job_ids", "give job_ids or all: true")
+
+
+@verb("dead_replay", ("manage", "produce"), DeadReplayArgs)
+async def dead_replay(core: Core, call: Call, a: DeadReplayArgs) -> dict[str, Any]:
+    """Replay dead letters; ``all`` replays up to ``limit`` and says if more remain."""
+    if a.queue is not None:
+        call.scope(a.queue)
+    namespace = call.namespace
+
+    def write(tx: Tx) -> dict[str, Any]:
+        if a.all:
+            ids = sql.dead_ids(tx.conn, namespace, a.queue, a.limit + 1)
+            remaining = len(ids) > a.limit
+            ids = ids[: a.limit]
+        else:
+            ids, remaining = list(dict.fromkeys(a.job_ids or [])), False
+        results = []
+        for job_id in ids:
+            row = sql.get(tx.conn, namespace, job_id)
+            if row is None:
+                raise not_found(f"job {job_id!r}")
+            call.scope(row[sql.QUEUE])
+            if row[sql.STATE] != lc.DEAD:
+                raise Refused(
+                    "conflict", f"job {job_id!r} is {row[sql.STATE]}, not dead",
+                    job_status=row[sql.STATE],
+                )  # fmt: skip
+            key = row[sql.UNIQUE_KEY]
+            live = key and sql.find_live_unique(tx.conn, namespace, row[sql.QUEUE], key)
+            if live:
+                results.append({"job": sql.to_wire(live), "duplicate": True, "folded": False,
+                                "shed": False})  # fmt: skip
+                continue
+            lc.check("replay", lc.DEAD, lc.PENDING)
+            after = sql.replay(tx.conn, job_id, tx.now_ms)
+            core.moved(tx, row, after)
+            results.append({"job": sql.to_wire(after), "duplicate": False, "folded": False,
+                            "shed": False})  # fmt: skip
+        return {"results": results, "remaining": remaining}
+
+    if core.draining:
+        raise Refused("shutting_down", "the daemon is shutting down")
+    return await core.writer.write(write)

@@ -1,0 +1,67 @@
+"""Queues: ``queue_configure`` and ``queue_list`` (grant ``manage``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from daemon.store import audit
+from daemon.store import queues as queue_sql
+from daemon.store.database import Tx
+from daemon.verbs.reading import queue_rows
+from daemon.verbs.table import Call, NoArgs, verb
+from daemon.wire import name
+
+if TYPE_CHECKING:
+    from daemon.core import Core
+
+
+@attrs.frozen
+class QueueConfigureArgs:
+    queue: str = attrs.field(validator=name)
+    completed_ttl_ms: int | None = None
+    dead_ttl_ms: int | None = None
+
+
+def _ttl(value: int | None) -> int | None:
+    # Absent or not positive means the daemon default (PROTOCOL.md, Queues).
+    return value if value is not None and value > 0 else None
+
+
+@verb("queue_configure", ("manage",), QueueConfigureArgs, manage=True)
+async def queue_configure(core: Core, call: Call, a: QueueConfigureArgs) -> dict[str, Any]:
+    """Create a queue or set its retention TTLs."""
+    call.scope(a.queue)
+    namespace = call.namespace
+
+    def write(tx: Tx) -> dict[str, Any]:
+        before = queue_sql.get(tx.conn, namespace, a.queue)
+        queue = queue_sql.configure(
+            tx.conn, namespace, a.queue, _ttl(a.completed_ttl_ms), _ttl(a.dead_ttl_ms), tx.now_ms
+        )
+        audit.record(
+            tx.conn, at=tx.now_ms, actor=call.session.token_name or "open", namespace=namespace,
+            target_kind="queue", target=a.queue,
+            action="create" if before is None else "update",
+            before=None if before is None else
+            {"queue": a.queue, "completed_ttl_ms": before[0], "dead_ttl_ms": before[1]},
+            after=queue,
+        )  # fmt: skip
+        tx.after(lambda: core.known_queues.add((namespace, a.queue)))
+        return queue
+
+    return {"queue": await core.writer.write(write)}
+
+
+@verb("queue_list", ("manage",), NoArgs, manage=True)
+async def queue_list(core: Core, call: Call, _a: NoArgs) -> dict[str, Any]:
+    """Every queue of the namespace with its counts."""
+    rows = queue_rows(core, call)
+    return {
+        "queues": [
+            {"queue": r["queue"], "scheduled": r["scheduled"], "pending": r["pending"],
+             "running": r["running"], "dead": r["dead"], "policy": None}
+            for r in rows
+        ]
+    }  # fmt: skip

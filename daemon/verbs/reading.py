@@ -1,0 +1,128 @@
+"""Reading and session verbs: ``hello``, ``get``, ``list``, ``status``, ``subscribe``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from actors import lifecycle as lc
+from actors.errors import Refused, invalid, not_found
+from daemon import __version__
+from daemon.store import jobs as sql
+from daemon.verbs.table import ANY, Call, NoArgs, verb
+from daemon.verbs.working import _queue_names
+from daemon.wire import between, name, text
+
+if TYPE_CHECKING:
+    from daemon.core import Core
+
+PROTOCOL_VERSION = 1
+
+
+@attrs.frozen
+class HelloArgs:
+    token: str | None = None
+    client: str | None = attrs.field(default=None, validator=text(200))
+
+
+@verb("hello", (), HelloArgs)
+async def hello(core: Core, call: Call, a: HelloArgs) -> dict[str, Any]:
+    """Authenticate the connection (optional in open mode)."""
+    session = core.auth.check(a.token)
+    # The transport keeps the session object; bind it in place.
+    target = call.session
+    target.namespace, target.grants, target.queues = (
+        session.namespace, session.grants, session.queues,
+    )  # fmt: skip
+    target.token_name, target.authenticated = session.token_name, True
+    return {**target.describe(), "server": f"sluicegate/{__version__}",
+            "protocol": PROTOCOL_VERSION}  # fmt: skip
+
+
+@attrs.frozen
+class GetArgs:
+    job_id: str = attrs.field(validator=text(64))
+
+
+@verb("get", ANY, GetArgs)
+async def get(core: Core, call: Call, a: GetArgs) -> dict[str, Any]:
+    """One job by id."""
+    row = sql.get(core.conn, call.namespace, a.job_id)
+    if row is None:
+        raise not_found(f"job {a.job_id!r}")
+    call.scope(row[sql.QUEUE])
+    return {"job": sql.to_wire(row)}
+
+
+def _status(_inst: Any, attr: attrs.Attribute, value: str | None) -> None:
+    if value is not None and value not in lc.STATES:
+        raise invalid(attr.name, f"status must be one of {', '.join(lc.STATES)}")
+
+
+@attrs.frozen
+class ListArgs:
+    queue: str | None = attrs.field(default=None, validator=name)
+    status: str | None = attrs.field(default=None, validator=_status)
+    limit: int = attrs.field(default=100, validator=between(1, 1000))
+    after: str | None = attrs.field(default=None, validator=text(64))
+
+
+def page(core: Core, call: Call, queue: str | None, status: str | None, limit: int,
+         after: str | None) -> dict[str, Any]:  # fmt: skip
+    """A page of jobs in id order, with the cursor of the next page."""
+    if queue is not None:
+        call.scope(queue)
+    rows = sql.list_jobs(
+        core.conn, call.namespace, queue=queue, state=status, after=after, limit=limit + 1
+    )
+    more = len(rows) > limit
+    rows = [r for r in rows[:limit] if call.session.in_scope(r[sql.QUEUE])]
+    nxt = rows[-1][sql.ID] if more and rows else None
+    return {"jobs": [sql.to_wire(r) for r in rows], "next": nxt}
+
+
+@verb("list", ANY, ListArgs)
+async def list_(core: Core, call: Call, a: ListArgs) -> dict[str, Any]:
+    """Jobs in id order."""
+    return page(core, call, a.queue, a.status, a.limit, a.after)
+
+
+def queue_rows(core: Core, call: Call) -> list[dict[str, Any]]:
+    """Every queue of the caller's namespace in its scope, with counts."""
+    counts = core.counts.namespace(call.namespace)
+    names = {q for ns, q in core.known_queues if ns == call.namespace} | set(counts)
+    rows = []
+    for queue in sorted(names):
+        if call.session.in_scope(queue):
+            c = counts.get(queue) or dict.fromkeys(lc.STATES, 0)
+            rows.append({"queue": queue, **{s: c[s] for s in lc.STATES}})
+    return rows
+
+
+@verb("status", ANY, NoArgs)
+async def status(core: Core, call: Call, _a: NoArgs) -> dict[str, Any]:
+    """The namespace at a glance."""
+    return {
+        "namespace": call.namespace,
+        "queues": queue_rows(core, call),
+        "budgets": [],
+        "quota": None,
+        "daemon": core.version_info(),
+    }
+
+
+@attrs.frozen
+class SubscribeArgs:
+    queues: list[str] = attrs.field(validator=_queue_names)
+
+
+@verb("subscribe", ("consume",), SubscribeArgs)
+async def subscribe(core: Core, call: Call, a: SubscribeArgs) -> dict[str, Any]:
+    """Doorbell events for ``queues`` on this connection."""
+    if call.events is None:
+        raise Refused("invalid_argument", "subscribe needs the socket transport", field="op")
+    for queue in a.queues:
+        call.scope(queue)
+    core.router.subscribe(call.owner, [(call.namespace, q) for q in a.queues], call.events)
+    return {}

@@ -1,0 +1,240 @@
+"""Working: claims, leases, and how a running job leaves ``running``.
+
+A claim is one statement inside a group transaction. A waiting ``claim_next``
+registers with the router in the same commit that found nothing, so no
+doorbell can ring between "found nothing" and "waiting" unheard.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+from actors import lifecycle as lc
+from actors.errors import Refused, invalid, not_found
+from actors.router import Waiter
+from daemon.store import jobs as sql
+from daemon.store.database import Tx
+from daemon.verbs.table import Call, verb
+from daemon.wire import between, name, text
+
+if TYPE_CHECKING:
+    from daemon.core import Core
+
+MAX_WAIT_MS = 3_600_000
+
+
+def _queue_names(_inst: Any, attr: attrs.Attribute, value: list[str]) -> None:
+    if not 1 <= len(value) <= 100:
+        raise invalid(attr.name, "queues must name 1-100 queues")
+    for queue in value:
+        name(_inst, attr, queue)
+
+
+@attrs.frozen
+class ClaimNextArgs:
+    queues: list[str] = attrs.field(validator=_queue_names)
+    max: int = attrs.field(default=1, validator=between(1, 1000))
+    wait_ms: int = attrs.field(default=0, validator=between(0, MAX_WAIT_MS))
+    lease_ms: int | None = attrs.field(default=None, validator=between(1, 86_400_000))
+
+
+@attrs.frozen
+class ClaimArgs:
+    job_id: str = attrs.field(validator=text(64))
+    lease_ms: int | None = attrs.field(default=None, validator=between(1, 86_400_000))
+
+
+@attrs.frozen
+class HeartbeatArgs:
+    job_id: str = attrs.field(validator=text(64))
+    lease: str = attrs.field(validator=text(64))
+    lease_ms: int | None = attrs.field(default=None, validator=between(1, 86_400_000))
+
+
+@attrs.frozen
+class CompleteArgs:
+    job_id: str = attrs.field(validator=text(64))
+    lease: str = attrs.field(validator=text(64))
+    result: Any = None
+
+
+@attrs.frozen
+class FailArgs:
+    job_id: str = attrs.field(validator=text(64))
+    lease: str = attrs.field(validator=text(64))
+    error: str = attrs.field(validator=text(65_536))
+    retry_in_ms: int | None = attrs.field(default=None, validator=between(0))
+    dead: bool = False
+
+
+@attrs.frozen
+class ReleaseArgs:
+    job_id: str = attrs.field(validator=text(64))
+    lease: str = attrs.field(validator=text(64))
+    delay_ms: int | None = attrs.field(default=None, validator=between(0))
+
+
+def _new_lease() -> str:
+    return secrets.token_hex(8)
+
+
+def _claimed(rows: list[sql.Row]) -> dict[str, Any]:
+    return {"jobs": [{"job": sql.to_wire(r), "admission": None} for r in rows], "empty": False}
+
+
+@verb("claim_next", ("consume",), ClaimNextArgs)
+async def claim_next(core: Core, call: Call, a: ClaimNextArgs) -> dict[str, Any]:
+    """Claim up to ``max`` jobs of ``queues``, waiting up to ``wait_ms`` for work."""
+    for queue in a.queues:
+        call.scope(queue)
+    namespace = call.namespace
+    queues = list(dict.fromkeys(a.queues))
+    keys = [(namespace, q) for q in queues]
+    deadline = core.clock.monotonic() + a.wait_ms / 1000
+    while True:
+        waiting: list[Waiter] = []
+        may_wait = a.wait_ms > 0 and not core.router.closed
+
+        def write(tx: Tx, waiting: list[Waiter] = waiting, may_wait: bool = may_wait) -> list:
+            core.catch_up(tx)
+            rows = sql.claim_next(
+                tx.conn, namespace, queues, a.max, _new_lease(), a.lease_ms, tx.now_ms
+            )
+            core.claimed(tx, rows)
+            if not rows and may_wait:
+                tx.after(lambda: waiting.append(core.router.register(keys)))
+            return rows
+
+        rows = await core.writer.write(write)
+        if rows:
+            return _claimed(rows)
+        if not waiting:
+            return {"jobs": [], "empty": True}
+        waiter = waiting[0]
+        try:
+            with trio.move_on_at(deadline):
+                await waiter.event.wait()
+        finally:
+            core.router.unregister(waiter)
+        if not waiter.event.is_set() or core.router.closed:
+            return {"jobs": [], "empty": True}
+
+
+def _owned(core: Core, call: Call, tx: Tx, job_id: str) -> sql.Row:
+    row = sql.get(tx.conn, call.namespace, job_id)
+    if row is None:
+        raise not_found(f"job {job_id!r}")
+    call.scope(row[sql.QUEUE])
+    return row
+
+
+def _leased(core: Core, call: Call, tx: Tx, job_id: str, lease: str) -> sql.Row:
+    """The running job held under ``lease``; ``lease_lost`` if it is not."""
+    row = _owned(core, call, tx, job_id)
+    if row[sql.STATE] != lc.RUNNING or row[sql.LEASE] != lease:
+        raise Refused(
+            "lease_lost",
+            f"job {job_id!r} is no longer held under this lease "
+            f"(it lapsed and was taken over or reaped; status {row[sql.STATE]})",
+            job_status=row[sql.STATE],
+        )
+    return row
+
+
+@verb("claim", ("consume",), ClaimArgs)
+async def claim(core: Core, call: Call, a: ClaimArgs) -> dict[str, Any]:
+    """Claim one job by id (a pending one, or one whose lease lapsed)."""
+
+    def write(tx: Tx) -> sql.Row:
+        _owned(core, call, tx, a.job_id)
+        core.catch_up(tx)
+        row = _owned(core, call, tx, a.job_id)
+        if row[sql.STATE] != lc.PENDING:
+            raise Refused(
+                "conflict", f"job {a.job_id!r} is {row[sql.STATE]}", job_status=row[sql.STATE]
+            )
+        lease_ms = a.lease_ms or row[sql.LEASE_MS]
+        after = sql.claim_one(tx.conn, a.job_id, _new_lease(), tx.now_ms + lease_ms, tx.now_ms)
+        core.claimed(tx, [after])
+        return after
+
+    row = await core.writer.write(write)
+    return {"job": sql.to_wire(row), "admission": None}
+
+
+@verb("heartbeat", ("consume",), HeartbeatArgs)
+async def heartbeat(core: Core, call: Call, a: HeartbeatArgs) -> dict[str, Any]:
+    """Extend a lease."""
+
+    def write(tx: Tx) -> int:
+        row = _leased(core, call, tx, a.job_id, a.lease)
+        expires = tx.now_ms + (a.lease_ms or row[sql.LEASE_MS])
+        sql.extend_lease(tx.conn, a.job_id, expires, tx.now_ms)
+        return expires
+
+    return {"lease_expires_at": await core.writer.write(write)}
+
+
+@verb("complete", ("consume",), CompleteArgs)
+async def complete(core: Core, call: Call, a: CompleteArgs) -> dict[str, Any]:
+    """Finish a job successfully."""
+    result = None if a.result is None else sql.dumps(a.result)
+
+    def write(tx: Tx) -> sql.Row:
+        row = _leased(core, call, tx, a.job_id, a.lease)
+        state = lc.check("complete", lc.RUNNING, lc.COMPLETED)
+        after = sql.finish(tx.conn, a.job_id, state=state, now=tx.now_ms, result=result)
+        core.moved(tx, row, after)
+        return after
+
+    return {"job": sql.to_wire(await core.writer.write(write))}
+
+
+@verb("fail", ("consume",), FailArgs)
+async def fail(core: Core, call: Call, a: FailArgs) -> dict[str, Any]:
+    """Report a failed attempt: retry with backoff, or dead."""
+
+    def write(tx: Tx) -> sql.Row:
+        row = _leased(core, call, tx, a.job_id, a.lease)
+        now = tx.now_ms
+        if a.dead or row[sql.ATTEMPTS] >= row[sql.MAX_ATTEMPTS]:
+            reason = "failed" if a.dead else "attempts_exhausted"
+            after = sql.finish(
+                tx.conn, a.job_id, state=lc.check("fail", lc.RUNNING, lc.DEAD), now=now,
+                error=a.error, dead=sql.dumps({"at": now, "reason": reason}),
+            )  # fmt: skip
+        else:
+            delay = a.retry_in_ms if a.retry_in_ms is not None else lc.backoff_ms(row[sql.ATTEMPTS])
+            ready_at = now + delay
+            state = lc.check("fail", lc.RUNNING, lc.arrival_state(ready_at, now))
+            after = sql.finish(
+                tx.conn, a.job_id, state=state, now=now, ready_at=ready_at, error=a.error
+            )
+        core.moved(tx, row, after)
+        queue = row[sql.QUEUE]
+        tx.after(lambda: core.metrics.failed(queue))
+        return after
+
+    return {"job": sql.to_wire(await core.writer.write(write))}
+
+
+@verb("release", ("consume",), ReleaseArgs)
+async def release(core: Core, call: Call, a: ReleaseArgs) -> dict[str, Any]:
+    """Give a job back unworked: the attempt is taken back."""
+
+    def write(tx: Tx) -> sql.Row:
+        row = _leased(core, call, tx, a.job_id, a.lease)
+        now = tx.now_ms
+        ready_at = now + a.delay_ms if a.delay_ms else row[sql.READY_AT]
+        state = lc.check("release", lc.RUNNING, lc.arrival_state(ready_at, now))
+        after = sql.finish(
+            tx.conn, a.job_id, state=state, now=now, ready_at=ready_at, attempts_delta=-1
+        )
+        core.moved(tx, row, after)
+        return after
+
+    return {"job": sql.to_wire(await core.writer.write(write))}

@@ -1,0 +1,100 @@
+"""Verb arguments from the wire: strict structuring into attrs classes.
+
+One cattrs converter for the wire format, with ``forbid_extra_keys`` and no
+coercion: ``"5"`` is not an int, ``true`` is not ``1``, ``1.5`` is not ``1``.
+Any failure becomes one ``invalid_argument`` refusal naming the first bad field.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import attrs
+import cattrs
+
+from actors.errors import Refused, invalid
+from daemon.validation import describe
+
+T = TypeVar("T")
+NAME_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+def _strict(kind: type, label: str) -> Callable[[Any, Any], Any]:
+    def hook(value: Any, _t: Any) -> Any:
+        if type(value) is not kind:
+            raise TypeError(f"expected {label}, got {_json_type(value)}")
+        return value
+
+    return hook
+
+
+def _json_type(value: Any) -> str:
+    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+             list: "an array", dict: "an object", type(None): "null"}  # fmt: skip
+    return names.get(type(value), type(value).__name__)
+
+
+def _make() -> cattrs.Converter:
+    conv = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
+    conv.register_structure_hook(str, _strict(str, "a string"))
+    conv.register_structure_hook(bool, _strict(bool, "a boolean"))
+    conv.register_structure_hook(int, _strict(int, "an integer"))
+    conv.register_structure_hook(Any, lambda v, _t: v)
+
+    def int_or_str(value: Any, _t: Any) -> int | str:
+        if type(value) in (int, str):
+            return value
+        raise TypeError(f"expected an integer or a string, got {_json_type(value)}")
+
+    conv.register_structure_hook(int | str, int_or_str)
+    return conv
+
+
+converter = _make()
+
+
+def structure(args: dict[str, Any], cls: type[T]) -> T:
+    """Structure ``args`` into ``cls`` or raise ``invalid_argument`` naming the field."""
+    try:
+        return converter.structure(args, cls)
+    except Refused:
+        raise
+    except Exception as exc:
+        problems = describe(exc)
+        field, message = problems[0] if problems else ("", str(exc))
+        raise invalid(field, f"{field}: {message}" if field else message) from None
+
+
+# Validators for attrs fields of verb arguments. They raise the refusal itself,
+# so the field is named even when attrs runs them in __init__.
+
+
+def name(_inst: Any, attr: attrs.Attribute, value: str | None) -> None:
+    """A namespace, queue, type or budget key: 1-128 bytes of ``[A-Za-z0-9._:-]``."""
+    if value is not None and not NAME_RE.match(value):
+        raise invalid(attr.name, f"{attr.name} must be 1-128 characters of [A-Za-z0-9._:-]")
+
+
+def between(lo: int, hi: int | None = None) -> Callable[[Any, attrs.Attribute, Any], None]:
+    """An integer within ``lo..hi`` (None allowed: absent)."""
+
+    def check(_inst: Any, attr: attrs.Attribute, value: int | None) -> None:
+        if value is None:
+            return
+        if value < lo or (hi is not None and value > hi):
+            bound = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
+            raise invalid(attr.name, f"{attr.name} must be {bound}, got {value}")
+
+    return check
+
+
+def text(max_len: int) -> Callable[[Any, attrs.Attribute, Any], None]:
+    """A non-empty string of at most ``max_len`` characters (None allowed)."""
+
+    def check(_inst: Any, attr: attrs.Attribute, value: str | None) -> None:
+        if value is not None and not 0 < len(value) <= max_len:
+            raise invalid(attr.name, f"{attr.name} must be 1-{max_len} characters")
+
+    return check

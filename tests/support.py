@@ -1,0 +1,160 @@
+"""Helpers for end-to-end tests: a real ``sluice serve`` and a raw socket client."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RawClient:
+    """A blocking JSON-lines client that speaks the protocol by hand."""
+
+    def __init__(self, path: str | Path, timeout: float = 10) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
+        self.sock.connect(str(path))
+        self.file = self.sock.makefile("rwb")
+        self._ids = itertools.count(1)
+        self.events: list[dict[str, Any]] = []
+
+    def send_raw(self, data: bytes) -> None:
+        self.file.write(data)
+        self.file.flush()
+
+    def read(self) -> dict[str, Any]:
+        line = self.file.readline()
+        if not line:
+            raise ConnectionError("the daemon closed the connection")
+        return json.loads(line)
+
+    def request(self, op: str, **args: Any) -> int:
+        req_id = next(self._ids)
+        self.send_raw(json.dumps({"id": req_id, "op": op, **args}).encode() + b"\n")
+        return req_id
+
+    def answer(self, req_id: int) -> dict[str, Any]:
+        """Read frames until the answer to ``req_id`` (events are kept aside)."""
+        while True:
+            frame = self.read()
+            if "event" in frame and "id" not in frame:
+                self.events.append(frame)
+                continue
+            if frame.get("id") == req_id:
+                return frame
+            raise AssertionError(f"unexpected frame {frame}")
+
+    def call(self, op: str, **args: Any) -> dict[str, Any]:
+        return self.answer(self.request(op, **args))
+
+    def ok(self, op: str, **args: Any) -> dict[str, Any]:
+        frame = self.call(op, **args)
+        assert frame["ok"], frame
+        return frame
+
+    def error(self, op: str, **args: Any) -> dict[str, Any]:
+        frame = self.call(op, **args)
+        assert not frame["ok"], frame
+        return frame["error"]
+
+    def close(self) -> None:
+        try:
+            self.file.close()
+        finally:
+            self.sock.close()
+
+
+class DaemonProcess:
+    """A real ``sluice serve`` on a temp dir, with its own config file."""
+
+    def __init__(self, workdir: Path, extra_config: str = "", http: bool = True) -> None:
+        self.workdir = workdir
+        self.state = workdir / "state"
+        self.socket = self.state / "sluicegate.sock"
+        self.port = free_port() if http else None
+        self.http_url = f"http://127.0.0.1:{self.port}" if http else None
+        self.config_path = workdir / "sluicegate.toml"
+        self.config_path.write_text(
+            "[daemon]\n"
+            f'state_dir = "{self.state}"\n'
+            f'http = "{f"127.0.0.1:{self.port}" if http else ""}"\n'
+            'lease = "60s"\n' + extra_config
+        )
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = workdir / "daemon.log"
+
+    def start(self, timeout: float = 20, env: dict[str, str] | None = None, **popen: Any) -> None:
+        self._logf = open(self.log, "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "daemon.cli.main", "serve", "--config", str(self.config_path)],
+            cwd=self.workdir,
+            stdout=self._logf,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            **popen,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"daemon exited {self.proc.returncode}:\n{self.log_text()}")
+            if self._ready():
+                return
+            time.sleep(0.02)
+        raise TimeoutError(f"daemon did not start:\n{self.log_text()}")
+
+    def _ready(self) -> bool:
+        if not self.socket.exists():
+            return False
+        try:
+            client = RawClient(self.socket, timeout=2)
+        except OSError:
+            return False
+        client.close()
+        if self.http_url:
+            try:
+                httpx.get(self.http_url + "/healthz", timeout=2)
+            except httpx.HTTPError:
+                return False
+        return True
+
+    def client(self) -> RawClient:
+        return RawClient(self.socket)
+
+    def http(self, token: str | None = None) -> httpx.Client:
+        headers = {"authorization": f"Bearer {token}"} if token else {}
+        return httpx.Client(base_url=self.http_url or "", headers=headers, timeout=10)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            self._logf.close()
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(10)
+        self._logf.close()
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
