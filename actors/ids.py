@@ -1,11 +1,13 @@
-"""Job ids: 26 characters of Crockford base32 that sort by creation (ULID layout).
+"""Job ids: 26 characters of Crockford base32 that sort by creation.
 
-48 bits of milliseconds, then 80 random bits; within one millisecond the random
-part is incremented, so ids minted by one daemon are strictly increasing.
+128 bits: 48 bits of milliseconds, then 80 random bits (the ULID layout), as
+base32 of 16 bytes. Within one millisecond the random part is incremented, so
+ids minted by one daemon are strictly increasing.
 """
 
 from __future__ import annotations
 
+import base64
 import secrets
 
 _ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
@@ -34,9 +36,10 @@ class IdMint:
         return _encode((now_ms << _RANDOM_BITS) | rand)
 
 
+# base32 of 16 big-endian bytes is fixed-width and, with an alphabet in ASCII
+# order, sorts like the number; Crockford's alphabet avoids i, l, o and u.
+_TO_CROCKFORD = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", _ALPHABET.encode())
+
+
 def _encode(value: int) -> str:
-    chars = []
-    for _ in range(26):
-        chars.append(_ALPHABET[value & 31])
-        value >>= 5
-    return "".join(reversed(chars))
+    return base64.b32encode(value.to_bytes(16, "big"))[:26].translate(_TO_CROCKFORD).decode()

@@ -85,7 +85,16 @@ class Core:
 
     def version_info(self) -> dict[str, object]:
         """The ``daemon`` part of ``status``."""
-        return {"version": __version__, "started_at": self.started_at, "store": "sqlite"}
+        info: dict[str, object] = {
+            "version": __version__,
+            "started_at": self.started_at,
+            "store": "sqlite",
+            "group_commits": {"commits": self.writer.commits, "writes": self.writer.writes},
+        }
+        lag = self.metrics.lag_summary()
+        if lag is not None:
+            info["loop_lag"] = lag
+        return info
 
     # -- effects of committed transitions -------------------------------------
 
@@ -96,24 +105,40 @@ class Core:
             queue_sql.ensure(tx.conn, namespace, queue, tx.now_ms)
             tx.after(lambda: self.known_queues.add(key))
 
-    def added(self, tx: Tx, row: sql.Row) -> None:
-        """A job row was inserted in its arrival state."""
-        key = (row[sql.NAMESPACE], row[sql.QUEUE])
-        state = row[sql.STATE]
-        ready_at = row[sql.READY_AT]
+    def added(self, tx: Tx, rows: list[sql.Row]) -> None:
+        """Job rows were inserted in their arrival states."""
+        if not rows:
+            return
+        per_key: dict[tuple[QueueKey, str], int] = {}
+        earliest: int | None = None
+        for row in rows:
+            slot = ((row[sql.NAMESPACE], row[sql.QUEUE]), row[sql.STATE])
+            per_key[slot] = per_key.get(slot, 0) + 1
+            if row[sql.STATE] == lc.SCHEDULED and (
+                earliest is None or row[sql.READY_AT] < earliest
+            ):
+                earliest = row[sql.READY_AT]
 
         def effect() -> None:
-            before = self.counts.get(key, lc.PENDING)
-            self.counts.add(key, state)
-            self.metrics.enqueued(key[1], state)
-            self._after_arrival(key, state, ready_at, before, 1)
+            for (key, state), n in per_key.items():
+                before = self.counts.get(key, lc.PENDING)
+                self.counts.add(key, state, n)
+                self.metrics.enqueued(key[1], state, n)
+                if state == lc.PENDING:
+                    self.router.ring(key, n, pending=before + n, edge=before == 0)
+            if earliest is not None:
+                self.delay_timer.note(earliest)
 
         tx.after(effect)
 
     def moved(self, tx: Tx, before: sql.Row, after: sql.Row) -> None:
         """A job went from ``before``'s state to ``after``'s."""
+        self.moved_from(tx, before[sql.STATE], after)
+
+    def moved_from(self, tx: Tx, source: str, after: sql.Row) -> None:
+        """A job went from state ``source`` to ``after``'s."""
         key = (after[sql.NAMESPACE], after[sql.QUEUE])
-        source, target = before[sql.STATE], after[sql.STATE]
+        target = after[sql.STATE]
         ready_at, expires = after[sql.READY_AT], after[sql.LEASE_EXPIRES_AT]
 
         def effect() -> None:
@@ -181,7 +206,7 @@ class Core:
             if row[sql.ATTEMPTS] >= row[sql.MAX_ATTEMPTS]:
                 after = sql.finish(
                     tx.conn,
-                    row[sql.ID],
+                    row,
                     state=lc.check("reap", lc.RUNNING, lc.DEAD),
                     now=tx.now_ms,
                     error="lease expired",
@@ -190,12 +215,14 @@ class Core:
             else:
                 after = sql.finish(
                     tx.conn,
-                    row[sql.ID],
+                    row,
                     state=lc.check("reap", lc.RUNNING, lc.PENDING),
                     now=tx.now_ms,
                     error="lease expired",
                 )
             self.moved(tx, row, after)
+            queue = row[sql.QUEUE]
+            tx.after(lambda queue=queue: self.metrics.failed(queue))
 
     def catch_up(self, tx: Tx) -> None:
         """Before a claim: promote and reap whatever the timers are about to.

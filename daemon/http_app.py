@@ -91,18 +91,19 @@ class HttpApp:
         query = {k: v[-1] for k, v in parse_qs(scope.get("query_string", b"").decode()).items()}
         if path.startswith("/v1/ops/") and method == "POST":
             body = await _read_body(receive, headers)
-            return Reply(200, await self._call(session, path[len("/v1/ops/"):], body))
+            return Reply(200, await self._call(session, path[len("/v1/ops/") :], body))
         if path == "/jobs":
             if method == "POST":
                 return await self._post_jobs(session, await _read_body(receive, headers))
             if method == "GET":
-                args: dict[str, Any] = {k: v for k, v in query.items()
-                                        if k in ("queue", "status", "after", "namespace")}
+                args: dict[str, Any] = {
+                    k: v for k, v in query.items() if k in ("queue", "status", "after", "namespace")
+                }
                 if "limit" in query:
                     args["limit"] = _int_param("limit", query["limit"])
                 return Reply(200, await self._call(session, "list", args))
         if path.startswith("/jobs/") and method == "GET":
-            args = {"job_id": path[len("/jobs/"):]}
+            args = {"job_id": path[len("/jobs/") :]}
             if "namespace" in query:
                 args["namespace"] = query["namespace"]
             return Reply(200, (await self._call(session, "get", args))["job"])

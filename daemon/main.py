@@ -54,9 +54,7 @@ class Daemon:
         try:
             core = self.core = Core(self.config, db, clock)
             fds = systemd.listen_fds()
-            listener = (
-                listener_from_fd(fds[0]) if fds else bind_unix_socket(cfg.socket_path())
-            )
+            listener = listener_from_fd(fds[0]) if fds else bind_unix_socket(cfg.socket_path())
             async with trio.open_nursery() as root:
                 await root.start(core.run)
                 async with trio.open_nursery() as listeners:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -32,6 +32,7 @@ class QueueLabels:
         self._known: set[str] = set()
 
     def __call__(self, queue: str) -> str:
+        """The label value for ``queue``."""
         if queue in self._known:
             return queue
         if len(self._known) < self._max:
@@ -71,6 +72,7 @@ class Metrics:
             buckets=_LAG_BUCKETS,
             registry=r,
         )
+        self._children: dict[tuple[Counter, str], Any] = {}
         self.lag_samples: deque[float] = deque(maxlen=100_000)
         self._core: Core | None = None
 
@@ -80,23 +82,32 @@ class Metrics:
             self.registry.register(_Gauges(core, self.label))
         self._core = core
 
-    def enqueued(self, queue: str, state: str) -> None:
-        self._enqueued.labels(self.label(queue)).inc()
+    def _child(self, metric: Counter, queue: str) -> Any:
+        # labels() costs a lock and a tuple build per call; cache the children.
+        key = (metric, queue)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(self.label(queue))
+        return child
+
+    def enqueued(self, queue: str, state: str, n: int = 1) -> None:
+        """``n`` jobs were enqueued (in ``state``: dead when shed)."""
+        self._child(self._enqueued, queue).inc(n)
         if state == "dead":
-            self._dead.labels(self.label(queue)).inc()
+            self._child(self._dead, queue).inc(n)
 
     def moved(self, queue: str, source: str, target: str, n: int = 1) -> None:
-        label = self.label(queue)
+        """``n`` jobs of ``queue`` went from ``source`` to ``target``."""
         if target == "running":
-            self._claimed.labels(label).inc(n)
+            self._child(self._claimed, queue).inc(n)
         elif target == "completed":
-            self._completed.labels(label).inc(n)
-        if target == "dead":
-            self._dead.labels(label).inc(n)
+            self._child(self._completed, queue).inc(n)
+        elif target == "dead":
+            self._child(self._dead, queue).inc(n)
 
     def failed(self, queue: str) -> None:
         """A worker reported a failure, or a lease lapsed."""
-        self._failed.labels(self.label(queue)).inc()
+        self._child(self._failed, queue).inc()
 
     def observe_lag(self, seconds: float) -> None:
         """One sample of event-loop lag."""

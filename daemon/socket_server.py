@@ -50,6 +50,8 @@ class Connection:
         self.outbox: list[bytes] = []
         self.outbox_bytes = 0
         self.limit = core.config.daemon.max_send_buffer_bytes
+        self.fd = stream.socket.fileno()
+        self.sending = False
         self.has_output = trio.Event()
         self.drained = trio.Event()  # set while nothing is queued or being sent
         self.drained.set()
@@ -86,7 +88,12 @@ class Connection:
                 return
             for event in self.framer.feed(data):
                 if isinstance(event, Request):
-                    await self.slots.acquire()
+                    # acquire() is a checkpoint; only block (pausing reads) when full,
+                    # so the requests of one read start in one round and commit together.
+                    try:
+                        self.slots.acquire_nowait()
+                    except trio.WouldBlock:
+                        await self.slots.acquire()
                     self._begin()
                     nursery.start_soon(self._handle, event)
                 elif isinstance(event, BadFrame):
@@ -130,8 +137,11 @@ class Connection:
         except Refused as refused:
             self.send(encode_error(request.id, refused))
             if refused.code == "unauthenticated" and request.op == "hello":
+                # A wrong token ends the connection, once the answer is out.
                 self.closing = True
-                self.scope.cancel()  # a wrong token ends the connection
+                with trio.move_on_after(1):
+                    await self.drained.wait()
+                self.scope.cancel()
         except Exception as exc:
             self.send(encode_error(request.id, internal_error(exc)))
         else:
@@ -147,6 +157,19 @@ class Connection:
         """Queue ``frame``; cut the client off if it lets too much pile up."""
         if self.scope.cancel_called:
             return
+        if not self.outbox and not self.sending:
+            # Nothing queued ahead of it: try the non-blocking socket at once and
+            # save the writer task a scheduling round. What does not fit is queued.
+            try:
+                sent = os.write(self.fd, frame)
+            except BlockingIOError:
+                sent = 0
+            except OSError:
+                self.scope.cancel()
+                return
+            if sent == len(frame):
+                return
+            frame = frame[sent:]
         self.outbox.append(frame)
         self.outbox_bytes += len(frame)
         if self.outbox_bytes > self.limit:
@@ -166,11 +189,14 @@ class Connection:
                 chunk = b"".join(self.outbox)
                 self.outbox.clear()
                 self.outbox_bytes = 0
+                self.sending = True
                 try:
                     await self.stream.send_all(chunk)
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     self.scope.cancel()
                     return
+                finally:
+                    self.sending = False
             self.drained.set()
 
     async def _flush_and_close(self) -> None:

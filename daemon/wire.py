@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import attrs
 import cattrs
+from cattrs.cols import is_sequence, list_structure_factory
 
 from actors.errors import Refused, invalid
 from daemon.validation import describe
@@ -49,6 +50,19 @@ def _make() -> cattrs.Converter:
         raise TypeError(f"expected an integer or a string, got {_json_type(value)}")
 
     conv.register_structure_hook(int | str, int_or_str)
+
+    def strict_list(type_: Any, conv_: cattrs.Converter) -> Callable[[Any, Any], Any]:
+        # cattrs would take any iterable: "abc" as ["a", "b", "c"], {"k": 1} as ["k"].
+        inner = list_structure_factory(type_, conv_)
+
+        def hook(value: Any, t: Any) -> Any:
+            if type(value) is not list:
+                raise TypeError(f"expected an array, got {_json_type(value)}")
+            return inner(value, t)
+
+        return hook
+
+    conv.register_structure_hook_factory(is_sequence, strict_list)
     return conv
 
 
@@ -62,9 +76,20 @@ def structure(args: dict[str, Any], cls: type[T]) -> T:
     except Refused:
         raise
     except Exception as exc:
+        _name_refused_fields(exc)
         problems = describe(exc)
         field, message = problems[0] if problems else ("", str(exc))
         raise invalid(field, f"{field}: {message}" if field else message) from None
+
+
+def _name_refused_fields(exc: BaseException) -> None:
+    # A validator's refusal raised inside a nested structure (``jobs[2]``) or by
+    # ``__init__`` carries its field only in ``details``; expose it where
+    # describe() looks, so the path reads ``jobs[2].priority``, not ``jobs[2]``.
+    if isinstance(exc, Refused) and isinstance(exc.details.get("field"), str):
+        exc.field = exc.details["field"]  # type: ignore[attr-defined]
+    for sub in getattr(exc, "exceptions", ()):
+        _name_refused_fields(sub)
 
 
 # Validators for attrs fields of verb arguments. They raise the refusal itself,

@@ -2,8 +2,9 @@
 
 Writes are functions ``fn(tx) -> result`` submitted to :class:`GroupCommit`.
 Every write that arrives in one scheduling round runs in one ``BEGIN
-IMMEDIATE`` transaction, each inside its own savepoint, so a refused write is
-rolled back alone and nothing of it is left half-written. Each caller is
+IMMEDIATE`` transaction. A refused write is rolled back alone and nothing of it
+is left half-written: writes run without savepoints while none is refused after
+changing rows, and the batch re-runs with a savepoint per write when one is. Each caller is
 answered only after the commit; effects on memory (counts, doorbells, timers)
 are registered with :meth:`Tx.after` and run only once the commit succeeded.
 
@@ -97,8 +98,8 @@ class GroupCommit:
         """Run ``fn`` in the next group transaction; return its result after commit.
 
         A :class:`Refused` raised by ``fn`` rolls back that write alone and is
-        re-raised here. The wait is shielded: a write that was submitted is
-        committed and answered even if its caller is being cancelled.
+        re-raised here. A write that was submitted is committed even if its
+        caller is cancelled meanwhile (the caller just does not hear of it).
         """
         if self._closed:
             raise Refused("shutting_down", "the daemon is shutting down")
@@ -106,8 +107,7 @@ class GroupCommit:
         batch = self._batch
         batch.writes.append(item)
         self._wake.set()
-        with trio.CancelScope(shield=True):
-            await batch.done.wait()
+        await batch.done.wait()
         if item.error is not None:
             raise item.error
         return item.result  # type: ignore[return-value]
@@ -125,10 +125,10 @@ class GroupCommit:
         task_status.started()
         try:
             while True:
+                # Woken by the first write of a round: by the time this task runs,
+                # every task of that round has added its write to the batch.
                 await self._wake.wait()
                 self._wake = trio.Event()
-                # Let every task that is runnable now add its write to this batch.
-                await trio.lowlevel.cancel_shielded_checkpoint()
                 batch, self._batch = self._batch, _Batch()
                 if batch.writes:
                     self._commit(batch.writes)
@@ -142,37 +142,56 @@ class GroupCommit:
             batch.done.set()
 
     def _commit(self, writes: list[_Write[Any]]) -> None:
+        # Optimistic first: no savepoints. A write that is refused before it
+        # changed anything (the usual case: a check failed) costs nothing to
+        # undo. Only a write refused after changing rows forces the batch to run
+        # again with a savepoint around each write.
+        if not self._run(writes, careful=False):
+            self._run(writes, careful=True)
+
+    def _run(self, writes: list[_Write[Any]], *, careful: bool) -> bool:
+        """One transaction over ``writes``; False if it must be re-run carefully."""
         conn = self._conn
         now = self._now_ms()
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
             self._fail_all(writes, exc)
-            return
+            return True
         try:
             for item in writes:
+                item.error = item.tx = None
                 tx = Tx(conn, now)
-                conn.execute("SAVEPOINT w")
+                if careful:
+                    conn.execute("SAVEPOINT w")
+                changes = conn.total_changes
                 try:
                     item.result = item.fn(tx)
                 except BaseException as exc:  # a refusal or a bug: this write only
-                    conn.execute("ROLLBACK TO w")
+                    if careful:
+                        conn.execute("ROLLBACK TO w")
+                        conn.execute("RELEASE w")
+                    elif conn.total_changes != changes:
+                        conn.execute("ROLLBACK")
+                        return False
                     item.error = exc if isinstance(exc, Refused) else _internal(exc)
                 else:
                     item.tx = tx
-                conn.execute("RELEASE w")
+                    if careful:
+                        conn.execute("RELEASE w")
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             self._fail_all(writes, exc)
-            return
+            return True
         self.commits += 1
         self.writes += len(writes)
         for item in writes:
             if item.tx is not None:
                 for effect in item.tx._after:
                     effect()
+        return True
 
     def _fail_all(self, writes: list[_Write[Any]], exc: BaseException) -> None:
         log.error("store transaction failed: %s", exc)

@@ -90,7 +90,7 @@ async def dead_replay(core: Core, call: Call, a: DeadReplayArgs) -> dict[str, An
                                 "shed": False})  # fmt: skip
                 continue
             lc.check("replay", lc.DEAD, lc.PENDING)
-            after = sql.replay(tx.conn, job_id, tx.now_ms)
+            after = sql.replay(tx.conn, row, tx.now_ms)
             core.moved(tx, row, after)
             results.append({"job": sql.to_wire(after), "duplicate": False, "folded": False,
                             "shed": False})  # fmt: skip

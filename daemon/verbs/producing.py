@@ -68,7 +68,12 @@ class EnqueueManyArgs:
             raise invalid("jobs", f"jobs must hold 1-{MAX_BATCH} jobs, got {len(self.jobs)}")
 
 
-def _enqueue_one(core: Core, tx: Tx, namespace: str, a: EnqueueArgs) -> dict[str, Any]:
+def _enqueue_one(
+    core: Core, tx: Tx, namespace: str, a: EnqueueArgs, new_rows: list[sql.Row]
+) -> dict[str, Any]:
+    """Enqueue one job of a call; new rows without a unique key are inserted later,
+    all at once, by the caller (rows with one go in at once, so a later job of
+    the same call sees the key)."""
     now = tx.now_ms
     payload = sql.dumps(a.payload)
     if a.unique_key is not None:
@@ -76,10 +81,10 @@ def _enqueue_one(core: Core, tx: Tx, namespace: str, a: EnqueueArgs) -> dict[str
         if live is not None:
             if a.debounce_ms is not None and live[sql.STATE] in (lc.SCHEDULED, lc.PENDING):
                 lc.check("fold", live[sql.STATE], lc.SCHEDULED)
-                folded = sql.fold(tx.conn, live[sql.ID], payload, now + a.debounce_ms, now)
+                folded = sql.fold(tx.conn, live, payload, now + a.debounce_ms, now)
                 core.moved(tx, live, folded)
-                return _result(folded, duplicate=False, folded=True)
-            return _result(live, duplicate=True, folded=False)
+                return _result(folded, a.payload, duplicate=False, folded=True)
+            return _result(live, None, duplicate=True, folded=False)
     if a.debounce_ms is not None:
         ready_at = now + a.debounce_ms
     elif a.delay_ms is not None:
@@ -94,14 +99,16 @@ def _enqueue_one(core: Core, tx: Tx, namespace: str, a: EnqueueArgs) -> dict[str
         a.lease_ms or core.config.daemon.lease, ready_at, now, now, None, None, None,
         a.unique_key, None, None, None, None,
     )  # fmt: skip
-    sql.insert(tx.conn, [row])
+    if a.unique_key is not None:
+        sql.insert(tx.conn, [row])
+    new_rows.append(row)
     core.ensure_queue(tx, namespace, a.queue)
-    core.added(tx, row)
-    return _result(row, duplicate=False, folded=False)
+    return _result(row, a.payload, duplicate=False, folded=False)
 
 
-def _result(row: sql.Row, *, duplicate: bool, folded: bool) -> dict[str, Any]:
-    return {"job": sql.to_wire(row), "duplicate": duplicate, "folded": folded, "shed": False}
+def _result(row: sql.Row, payload: Any, *, duplicate: bool, folded: bool) -> dict[str, Any]:
+    job = sql.to_wire(row, payload)
+    return {"job": job, "duplicate": duplicate, "folded": folded, "shed": False}
 
 
 async def enqueue_jobs(core: Core, call: Call, jobs: list[EnqueueArgs]) -> list[dict[str, Any]]:
@@ -113,7 +120,11 @@ async def enqueue_jobs(core: Core, call: Call, jobs: list[EnqueueArgs]) -> list[
     namespace = call.namespace
 
     def write(tx: Tx) -> list[dict[str, Any]]:
-        return [_enqueue_one(core, tx, namespace, job) for job in jobs]
+        new_rows: list[sql.Row] = []
+        results = [_enqueue_one(core, tx, namespace, job, new_rows) for job in jobs]
+        sql.insert(tx.conn, [r for r in new_rows if r[sql.UNIQUE_KEY] is None])
+        core.added(tx, new_rows)
+        return results
 
     return await core.writer.write(write)
 

@@ -157,10 +157,10 @@ async def claim(core: Core, call: Call, a: ClaimArgs) -> dict[str, Any]:
             raise Refused(
                 "conflict", f"job {a.job_id!r} is {row[sql.STATE]}", job_status=row[sql.STATE]
             )
-        lease_ms = a.lease_ms or row[sql.LEASE_MS]
-        after = sql.claim_one(tx.conn, a.job_id, _new_lease(), tx.now_ms + lease_ms, tx.now_ms)
-        core.claimed(tx, [after])
-        return after
+        lc.check("claim", lc.PENDING, lc.RUNNING)
+        claimed = sql.mark_running(tx.conn, [row], _new_lease(), a.lease_ms, tx.now_ms)
+        core.claimed(tx, claimed)
+        return claimed[0]
 
     row = await core.writer.write(write)
     return {"job": sql.to_wire(row), "admission": None}
@@ -173,7 +173,8 @@ async def heartbeat(core: Core, call: Call, a: HeartbeatArgs) -> dict[str, Any]:
     def write(tx: Tx) -> int:
         row = _leased(core, call, tx, a.job_id, a.lease)
         expires = tx.now_ms + (a.lease_ms or row[sql.LEASE_MS])
-        sql.extend_lease(tx.conn, a.job_id, expires, tx.now_ms)
+        sql.extend_lease(tx.conn, row, expires, tx.now_ms)
+        tx.after(lambda: core.reaper.note(expires))
         return expires
 
     return {"lease_expires_at": await core.writer.write(write)}
@@ -187,7 +188,7 @@ async def complete(core: Core, call: Call, a: CompleteArgs) -> dict[str, Any]:
     def write(tx: Tx) -> sql.Row:
         row = _leased(core, call, tx, a.job_id, a.lease)
         state = lc.check("complete", lc.RUNNING, lc.COMPLETED)
-        after = sql.finish(tx.conn, a.job_id, state=state, now=tx.now_ms, result=result)
+        after = sql.finish(tx.conn, row, state=state, now=tx.now_ms, result=result)
         core.moved(tx, row, after)
         return after
 
@@ -204,16 +205,14 @@ async def fail(core: Core, call: Call, a: FailArgs) -> dict[str, Any]:
         if a.dead or row[sql.ATTEMPTS] >= row[sql.MAX_ATTEMPTS]:
             reason = "failed" if a.dead else "attempts_exhausted"
             after = sql.finish(
-                tx.conn, a.job_id, state=lc.check("fail", lc.RUNNING, lc.DEAD), now=now,
+                tx.conn, row, state=lc.check("fail", lc.RUNNING, lc.DEAD), now=now,
                 error=a.error, dead=sql.dumps({"at": now, "reason": reason}),
             )  # fmt: skip
         else:
             delay = a.retry_in_ms if a.retry_in_ms is not None else lc.backoff_ms(row[sql.ATTEMPTS])
             ready_at = now + delay
             state = lc.check("fail", lc.RUNNING, lc.arrival_state(ready_at, now))
-            after = sql.finish(
-                tx.conn, a.job_id, state=state, now=now, ready_at=ready_at, error=a.error
-            )
+            after = sql.finish(tx.conn, row, state=state, now=now, ready_at=ready_at, error=a.error)
         core.moved(tx, row, after)
         queue = row[sql.QUEUE]
         tx.after(lambda: core.metrics.failed(queue))
@@ -231,9 +230,7 @@ async def release(core: Core, call: Call, a: ReleaseArgs) -> dict[str, Any]:
         now = tx.now_ms
         ready_at = now + a.delay_ms if a.delay_ms else row[sql.READY_AT]
         state = lc.check("release", lc.RUNNING, lc.arrival_state(ready_at, now))
-        after = sql.finish(
-            tx.conn, a.job_id, state=state, now=now, ready_at=ready_at, attempts_delta=-1
-        )
+        after = sql.finish(tx.conn, row, state=state, now=now, ready_at=ready_at, attempts_delta=-1)
         core.moved(tx, row, after)
         return after
 

@@ -1,0 +1,291 @@
+"""The blocking client: the stdlib socket, one connection, pipelining by request id.
+
+``call`` sends a request and waits for its answer, retrying 429s as
+:class:`~daemon.sdk.retry.RetryPolicy` says. ``submit`` and ``result`` split
+the two halves so many requests can be in flight at once: answers are routed
+by id, and the ones that arrive before their caller asks are kept until it
+does. Server-push events (doorbells after ``subscribe``) go to ``on_event``,
+or into :attr:`Client.events` when there is no callback.
+
+A ``Client`` is not thread-safe: use one per thread.
+"""
+
+from __future__ import annotations
+
+import os
+import socket as stdsocket
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Unpack
+
+from daemon.sdk.errors import ConnectionLost, SluicegateError
+from daemon.sdk.job import Claimed, Job
+from daemon.sdk.paths import resolve_socket, resolve_token
+from daemon.sdk.protocol import (
+    Answer,
+    ClientProtocol,
+    Fatal,
+    JobOptions,
+    Orphaned,
+    PushEvent,
+    drop_none,
+    job_spec,
+)
+from daemon.sdk.retry import RetryPolicy
+
+EventCallback = Callable[[dict[str, Any]], None]
+RECEIVE_BYTES = 65536
+#: ``result``'s default timeout: the client's own.
+CLIENT_TIMEOUT: Any = object()
+
+
+class Client:
+    """A blocking connection to the daemon's unix socket.
+
+    ``socket``, ``config`` and ``token`` are resolved as
+    :mod:`daemon.sdk.paths` describes; with a token the client says ``hello``
+    on connect. ``timeout`` bounds the wait for each answer (a waiting claim
+    gets its ``wait_ms`` on top); None waits forever.
+    """
+
+    def __init__(
+        self,
+        socket: str | os.PathLike[str] | None = None,
+        *,
+        token: str | None = None,
+        config: str | os.PathLike[str] | None = None,
+        client_name: str | None = None,
+        timeout: float | None = 30.0,
+        retry: RetryPolicy | None = None,
+        on_event: EventCallback | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        sock: stdsocket.socket | None = None,
+    ) -> None:
+        self.path: Path | None = None
+        self.timeout = timeout
+        self.retry = retry or RetryPolicy()
+        self.on_event = on_event
+        #: Events received while no ``on_event`` callback is set (the newest 1000).
+        self.events: deque[dict[str, Any]] = deque(maxlen=1000)
+        self._sleep = sleep
+        self._proto = ClientProtocol()
+        self._answers: dict[int, Answer] = {}
+        self._lost: SluicegateError | None = None
+        self._fatal: SluicegateError | None = None
+        if sock is None:
+            self.path = resolve_socket(socket, config)
+            sock = stdsocket.socket(stdsocket.AF_UNIX, stdsocket.SOCK_STREAM)
+            try:
+                sock.settimeout(timeout)
+                sock.connect(str(self.path))
+            except BaseException:
+                sock.close()
+                raise
+        self._sock = sock
+        token = resolve_token(token)
+        if token or client_name:
+            try:
+                self.hello(token=token, client=client_name)
+            except BaseException:
+                self.close()
+                raise
+
+    # -- connection ----------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the connection (answers still owed are dropped)."""
+        self._sock.close()
+        if self._lost is None:
+            self._lost = ConnectionLost("the client closed the connection")
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- requests ------------------------------------------------------------
+
+    def submit(self, op: str, **args: Any) -> int:
+        """Send a request without waiting; return its id for :meth:`result`."""
+        if self._lost is not None:
+            raise self._lost
+        req_id, line = self._proto.request(op, args)
+        self._send(line)
+        return req_id
+
+    def result(self, req_id: int, timeout: float | None = CLIENT_TIMEOUT) -> dict[str, Any]:
+        """Wait for the answer to ``req_id``; return the verb's result or raise its error.
+
+        ``timeout`` defaults to the client's; on expiry the request is abandoned
+        (a late answer is dropped, and jobs a late claim took are released) and
+        :class:`TimeoutError` is raised.
+        """
+        timeout = self.timeout if timeout is CLIENT_TIMEOUT else timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while req_id not in self._answers:
+            if self._lost is not None:
+                raise self._lost
+            try:
+                self._receive(deadline)
+            except TimeoutError:
+                self._proto.abandon(req_id)
+                raise TimeoutError(f"no answer to request {req_id} within {timeout} s") from None
+        return self._answers.pop(req_id).result()
+
+    def call(self, op: str, **args: Any) -> dict[str, Any]:
+        """Call verb ``op``; retry 429s per the retry policy; return the result."""
+        waiting = op == "claim_next" and bool(args.get("wait_ms"))
+        timeout = self.timeout
+        if timeout is not None and op == "claim_next":
+            timeout += args.get("wait_ms", 0) / 1000
+        attempt = 1
+        while True:
+            try:
+                return self.result(self.submit(op, **args), timeout)
+            except SluicegateError as exc:
+                if not self.retry.should_retry(exc, attempt, waiting=waiting):
+                    raise
+                self._sleep(self.retry.delay(attempt, exc.retry_after))
+                attempt += 1
+
+    def next_event(self, timeout: float | None = None) -> dict[str, Any] | None:
+        """The next server-push event (needs no ``on_event``); None on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.events:
+            if self._lost is not None:
+                raise self._lost
+            try:
+                self._receive(deadline)
+            except TimeoutError:
+                return None
+        return self.events.popleft()
+
+    # -- verbs ---------------------------------------------------------------
+
+    def hello(self, token: str | None = None, client: str | None = None) -> dict[str, Any]:
+        """Authenticate the connection; return ``{namespace, grants, queues, ...}``."""
+        return self.call("hello", **drop_none(token=token, client=client))
+
+    def enqueue(
+        self, queue: str, type: str, payload: Any = None, **options: Unpack[JobOptions]
+    ) -> dict[str, Any]:
+        """Enqueue one job; return ``{job, duplicate, folded, shed}``."""
+        return self.call("enqueue", **job_spec(queue, type, payload, **options))
+
+    def enqueue_many(self, jobs: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """Enqueue a batch as a unit (see :func:`~daemon.sdk.protocol.job_spec`)."""
+        return self.call("enqueue_many", jobs=[dict(j) for j in jobs])["results"]
+
+    def claim_next(
+        self,
+        queues: Sequence[str],
+        *,
+        max: int = 1,
+        wait_ms: int = 0,
+        lease_ms: int | None = None,
+    ) -> Claimed:
+        """Claim up to ``max`` jobs, waiting up to ``wait_ms`` for work; job handles."""
+        answer = self.call(
+            "claim_next",
+            **drop_none(queues=list(queues), max=max, wait_ms=wait_ms, lease_ms=lease_ms),
+        )
+        jobs = [Job(self, item["job"], item.get("admission")) for item in answer["jobs"]]
+        return Claimed(jobs, answer.get("deferred"))
+
+    def claim(self, job_id: str, *, lease_ms: int | None = None) -> Job:
+        """Claim one pending job by id."""
+        answer = self.call("claim", **drop_none(job_id=job_id, lease_ms=lease_ms))
+        return Job(self, answer["job"], answer.get("admission"))
+
+    def get(self, job_id: str) -> dict[str, Any]:
+        """One job object by id."""
+        return self.call("get", job_id=job_id)["job"]
+
+    def list(
+        self,
+        queue: str | None = None,
+        status: str | None = None,
+        limit: int | None = None,
+        after: str | None = None,
+    ) -> dict[str, Any]:
+        """A page of jobs in id order: ``{jobs, next}``."""
+        return self.call("list", **drop_none(queue=queue, status=status, limit=limit, after=after))
+
+    def status(self) -> dict[str, Any]:
+        """The namespace at a glance: queues and their counts, the daemon."""
+        return self.call("status")
+
+    def subscribe(self, queues: Sequence[str]) -> None:
+        """Receive a doorbell event each time one of ``queues`` becomes claimable."""
+        self.call("subscribe", queues=list(queues))
+
+    def dead_list(
+        self, queue: str | None = None, limit: int | None = None, after: str | None = None
+    ) -> dict[str, Any]:
+        """A page of dead letters: ``{jobs, next}``."""
+        return self.call("dead_list", **drop_none(queue=queue, limit=limit, after=after))
+
+    def dead_replay(
+        self,
+        job_ids: Sequence[str] | None = None,
+        *,
+        all: bool = False,
+        queue: str | None = None,
+        limit: int | None = None,
+    ) -> dict[str, Any]:
+        """Replay dead letters by id, or ``all`` (a batch); ``{results, remaining}``."""
+        return self.call(
+            "dead_replay",
+            **drop_none(
+                job_ids=None if job_ids is None else list(job_ids),
+                all=True if all else None, queue=queue, limit=limit,
+            ),
+        )  # fmt: skip
+
+    # -- I/O -----------------------------------------------------------------
+
+    def _send(self, data: bytes) -> None:
+        try:
+            self._sock.settimeout(self.timeout)
+            self._sock.sendall(data)
+        except OSError as exc:
+            raise self._lose(f"cannot send: {exc}") from None
+
+    def _receive(self, deadline: float | None) -> None:
+        """Read once and route what arrived; TimeoutError at ``deadline``."""
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError
+            self._sock.settimeout(remaining)
+        else:
+            self._sock.settimeout(None)
+        try:
+            data = self._sock.recv(RECEIVE_BYTES)
+        except TimeoutError:
+            raise
+        except OSError as exc:
+            raise self._lose(f"cannot receive: {exc}") from None
+        if not data:
+            raise self._lose("the daemon closed the connection")
+        for item in self._proto.feed(data):
+            if isinstance(item, Answer):
+                self._answers[item.req_id] = item
+            elif isinstance(item, PushEvent):
+                if self.on_event is not None:
+                    self.on_event(item.frame)
+                else:
+                    self.events.append(item.frame)
+            elif isinstance(item, Orphaned):
+                self._send(self._proto.release_orphans(item.jobs))
+            elif isinstance(item, Fatal):
+                self._fatal = item.error
+
+    def _lose(self, why: str) -> SluicegateError:
+        # An error the daemon sent before closing (frame_too_large) says more than EOF.
+        if self._lost is None:
+            self._lost = self._fatal or ConnectionLost(why)
+        return self._lost
