@@ -9,6 +9,7 @@ math use :meth:`Clock.now_ms` (integer milliseconds since the Unix epoch).
 
 from __future__ import annotations
 
+import math
 import time
 
 import trio
@@ -27,7 +28,9 @@ class Clock:
 
     def now_ms(self) -> int:
         """Wall time in integer milliseconds since the Unix epoch."""
-        return self._wall0_ms + int((trio.current_time() - self._mono0) * 1000)
+        # The epsilon absorbs float error, so at deadline_for(t) this reads t,
+        # never t - 1 (which would make a timer wake up early and spin).
+        return self._wall0_ms + math.floor((trio.current_time() - self._mono0) * 1000 + 1e-6)
 
     def deadline_for(self, at_ms: int) -> float:
         """The monotonic instant at which wall time reaches ``at_ms``."""

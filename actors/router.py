@@ -62,10 +62,11 @@ class ClaimRouter:
 
     def register(self, keys: Iterable[QueueKey]) -> Waiter:
         """Register a waiter on ``keys``; pair with :meth:`unregister`."""
-        waiter = Waiter(tuple(keys))
         if self._closed:
+            waiter = Waiter(())
             waiter.wake()
             return waiter
+        waiter = Waiter(tuple(keys))
         for key in waiter.keys:
             self._waiters.setdefault(key, deque()).append(waiter)
         self._live += 1

@@ -19,7 +19,8 @@ import attrs
 import cattrs
 
 from daemon.durations import parse_duration_ms
-from daemon.validation import describe
+from daemon.strict import strict_converter
+from daemon.validation import FieldError, at_least, describe
 
 GRANTS = frozenset(
     {"produce", "consume", "manage", "set_admission_policy", "clear_admission_policy", "operator"}
@@ -51,17 +52,17 @@ class DaemonConfig:
     http: str = "127.0.0.1:7890"
     maintenance: bool = True
     enforce: bool = True
-    max_budgets: int = attrs.field(default=8192, validator=attrs.validators.ge(0))
-    max_frame_bytes: int = attrs.field(default=1_048_576, validator=attrs.validators.ge(1024))
-    lease: Duration = attrs.field(default=60_000, validator=attrs.validators.ge(1))
+    max_budgets: int = attrs.field(default=8192, validator=at_least(0))
+    max_frame_bytes: int = attrs.field(default=1_048_576, validator=at_least(1024))
+    lease: Duration = attrs.field(default=60_000, validator=at_least(1))
     synchronous: Literal["normal", "full"] = "normal"
     metrics_token: str = ""
     rollup_interval: Duration = 3_600_000
     #: Distinct ``queue`` label values on metrics before ``__other__``.
-    metrics_max_queues: int = attrs.field(default=100, validator=attrs.validators.ge(1))
+    metrics_max_queues: int = attrs.field(default=100, validator=at_least(1))
     #: Bytes of unsent answers a client may leave unread before it is cut off.
     max_send_buffer_bytes: int = attrs.field(
-        default=8 * 1_048_576, validator=attrs.validators.ge(65536)
+        default=8 * 1_048_576, validator=at_least(65536)
     )
     #: Bound on finishing requests in flight after SIGTERM.
     shutdown_grace: Duration = 10_000
@@ -84,23 +85,25 @@ class RetentionConfig:
 
     completed_ttl: Duration = 7 * 86_400_000
     dead_ttl: Duration = 30 * 86_400_000
-    batch: int = attrs.field(default=1000, validator=attrs.validators.ge(1))
+    batch: int = attrs.field(default=1000, validator=at_least(1))
 
 
 def _check_name(_inst: object, attr: attrs.Attribute, value: str) -> None:
     if not NAME_RE.match(value):
-        raise ValueError(f"{attr.name} must be 1-128 characters of [A-Za-z0-9._:-]")
+        raise FieldError(attr.name, "must be 1-128 characters of [A-Za-z0-9._:-]")
 
 
-def _check_grants(_inst: object, _attr: attrs.Attribute, value: tuple[str, ...]) -> None:
+def _check_grants(_inst: object, attr: attrs.Attribute, value: tuple[str, ...]) -> None:
     unknown = sorted(set(value) - GRANTS)
     if unknown:
-        raise ValueError(f"unknown grant {unknown[0]!r}; grants are {', '.join(sorted(GRANTS))}")
+        raise FieldError(
+            attr.name, f"unknown grant {unknown[0]!r}; grants are {', '.join(sorted(GRANTS))}"
+        )
 
 
-def _check_hex(_inst: object, _attr: attrs.Attribute, value: str) -> None:
+def _check_hex(_inst: object, attr: attrs.Attribute, value: str) -> None:
     if value and not re.fullmatch(r"[0-9a-fA-F]{64}", value):
-        raise ValueError("sha256 must be 64 hex characters: the sha256 of the token")
+        raise FieldError(attr.name, "must be 64 hex characters: the sha256 of the token")
 
 
 @attrs.frozen
@@ -141,30 +144,12 @@ class Config:
         return not self.tokens
 
 
-def _make_converter() -> cattrs.Converter:
-    conv = cattrs.Converter(forbid_extra_keys=True)
-    conv.register_structure_hook(Duration, lambda v, _t: parse_duration_ms(v))
-
-    def strict(kind: type, label: str):
-        def hook(value: object, _t: object) -> object:
-            if type(value) is not kind:
-                raise TypeError(f"expected {label}, got {type(value).__name__} {value!r}")
-            return value
-
-        return hook
-
-    conv.register_structure_hook(str, strict(str, "a string"))
-    conv.register_structure_hook(bool, strict(bool, "true or false"))
-    conv.register_structure_hook(int, strict(int, "an integer"))
-    return conv
-
-
 # Durations are plain ints in the type system; mark their fields by name.
 _DURATION_FIELDS = {
     DaemonConfig: {"lease", "rollup_interval", "shutdown_grace", "loop_probe"},
     RetentionConfig: {"completed_ttl", "dead_ttl"},
 }
-_converter = _make_converter()
+_converter = strict_converter()
 for _cls, _fields in _DURATION_FIELDS.items():
     _converter.register_structure_hook(
         _cls,

@@ -78,6 +78,7 @@ class Core:
         """Take a reloaded config: tokens now, the rest as features read it."""
         self.config = config
         self.auth = Authenticator(config)
+        self.problems = []
 
     def health_problems(self) -> list[str]:
         """What ``/healthz`` reports as degraded (a broken config reload, ...)."""

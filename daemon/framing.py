@@ -48,6 +48,7 @@ class LineFramer:
     def __init__(self, max_frame_bytes: int) -> None:
         self._max = max_frame_bytes
         self._buf = bytearray()
+        self._scanned = 0  # bytes of _buf already known to hold no newline
         self._broken = False
 
     def feed(self, data: bytes) -> list[Event]:
@@ -58,17 +59,21 @@ class LineFramer:
         events: list[Event] = []
         start = 0
         buf = self._buf
+        # Resume the search where the last feed stopped: a line trickling in a
+        # byte at a time costs linear, not quadratic, scanning.
+        scan_from = self._scanned
         while True:
-            end = buf.find(b"\n", start)
+            end = buf.find(b"\n", scan_from)
             if end < 0:
                 break
             if end - start > self._max:
                 return self._too_large(events)
             line = bytes(buf[start:end])
-            start = end + 1
+            start = scan_from = end + 1
             if line.strip():
                 events.append(parse(line))
         del buf[:start]
+        self._scanned = len(buf)
         if len(buf) > self._max:
             return self._too_large(events)
         return events

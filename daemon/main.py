@@ -111,6 +111,8 @@ class Daemon:
             fresh = load_config(self.config.source if self.config.source != "<defaults>" else None)
         except ConfigError as exc:
             log.error("reload refused, keeping the last good config: %s", exc)
+            if self.core is not None:
+                self.core.problems = [f"config reload failed, last good config in force: {exc}"]
             return
         log.info("config reloaded from %s", fresh.source)
         # Settings that need a restart (paths, listeners) keep their running values;

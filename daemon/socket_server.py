@@ -75,6 +75,9 @@ class Connection:
             log.warning("connection ended by an error: %r", exc)
         finally:
             self.core.router.unsubscribe(self)
+            # After close the fd number may be reused by another client: no
+            # direct write may ever reach it again.
+            self.fd = -1
             with trio.CancelScope(shield=True):
                 await self.stream.aclose()
 
@@ -155,7 +158,7 @@ class Connection:
 
     def send(self, frame: bytes) -> None:
         """Queue ``frame``; cut the client off if it lets too much pile up."""
-        if self.scope.cancel_called:
+        if self.scope.cancel_called or self.fd < 0:
             return
         if not self.outbox and not self.sending:
             # Nothing queued ahead of it: try the non-blocking socket at once and

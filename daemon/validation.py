@@ -13,6 +13,25 @@ import attrs
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
 
 
+class FieldError(ValueError):
+    """A validator's refusal of one field; ``field`` lets :func:`describe` name it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
+def at_least(minimum: int):
+    """An attrs validator: an integer of at least ``minimum``, named in errors."""
+
+    def check(_inst: object, attr: attrs.Attribute, value: int) -> None:
+        if value < minimum:
+            raise FieldError(attr.name, f"must be at least {minimum}, got {value}")
+
+    return check
+
+
 def describe(exc: BaseException, path: str = "") -> list[tuple[str, str]]:
     """Flatten a (possibly nested) cattrs error into ``(path, message)`` pairs."""
     if isinstance(exc, ForbiddenExtraKeysError):

@@ -1,7 +1,7 @@
 """Verb arguments from the wire: strict structuring into attrs classes.
 
-One cattrs converter for the wire format, with ``forbid_extra_keys`` and no
-coercion: ``"5"`` is not an int, ``true`` is not ``1``, ``1.5`` is not ``1``.
+One strict cattrs converter for the wire format (:mod:`daemon.strict`), with
+``forbid_extra_keys`` and no coercion.
 Any failure becomes one ``invalid_argument`` refusal naming the first bad field.
 """
 
@@ -12,61 +12,16 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import attrs
-import cattrs
-from cattrs.cols import is_sequence, list_structure_factory
 
 from actors.errors import Refused, invalid
+from daemon.strict import strict_converter
 from daemon.validation import describe
 
 T = TypeVar("T")
 NAME_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
-def _strict(kind: type, label: str) -> Callable[[Any, Any], Any]:
-    def hook(value: Any, _t: Any) -> Any:
-        if type(value) is not kind:
-            raise TypeError(f"expected {label}, got {_json_type(value)}")
-        return value
-
-    return hook
-
-
-def _json_type(value: Any) -> str:
-    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
-             list: "an array", dict: "an object", type(None): "null"}  # fmt: skip
-    return names.get(type(value), type(value).__name__)
-
-
-def _make() -> cattrs.Converter:
-    conv = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
-    conv.register_structure_hook(str, _strict(str, "a string"))
-    conv.register_structure_hook(bool, _strict(bool, "a boolean"))
-    conv.register_structure_hook(int, _strict(int, "an integer"))
-    conv.register_structure_hook(Any, lambda v, _t: v)
-
-    def int_or_str(value: Any, _t: Any) -> int | str:
-        if type(value) in (int, str):
-            return value
-        raise TypeError(f"expected an integer or a string, got {_json_type(value)}")
-
-    conv.register_structure_hook(int | str, int_or_str)
-
-    def strict_list(type_: Any, conv_: cattrs.Converter) -> Callable[[Any, Any], Any]:
-        # cattrs would take any iterable: "abc" as ["a", "b", "c"], {"k": 1} as ["k"].
-        inner = list_structure_factory(type_, conv_)
-
-        def hook(value: Any, t: Any) -> Any:
-            if type(value) is not list:
-                raise TypeError(f"expected an array, got {_json_type(value)}")
-            return inner(value, t)
-
-        return hook
-
-    conv.register_structure_hook_factory(is_sequence, strict_list)
-    return conv
-
-
-converter = _make()
+converter = strict_converter()
 
 
 def structure(args: dict[str, Any], cls: type[T]) -> T:

@@ -45,7 +45,11 @@ def open_database(path: Path | str, synchronous: str = "normal") -> sqlite_utils
     conn.execute("PRAGMA temp_store = MEMORY")
     conn.execute("PRAGMA cache_size = -65536")  # 64 MiB of page cache
     db = sqlite_utils.Database(conn)
-    migrate(db)
+    try:
+        migrate(db)
+    except BaseException:
+        conn.close()
+        raise
     return db
 
 
@@ -98,8 +102,8 @@ class GroupCommit:
         """Run ``fn`` in the next group transaction; return its result after commit.
 
         A :class:`Refused` raised by ``fn`` rolls back that write alone and is
-        re-raised here. A write that was submitted is committed even if its
-        caller is cancelled meanwhile (the caller just does not hear of it).
+        re-raised here. A caller cancelled before its batch ran withdraws its
+        write: nothing of it is committed.
         """
         if self._closed:
             raise Refused("shutting_down", "the daemon is shutting down")
@@ -107,7 +111,15 @@ class GroupCommit:
         batch = self._batch
         batch.writes.append(item)
         self._wake.set()
-        await batch.done.wait()
+        try:
+            await batch.done.wait()
+        except BaseException:
+            # Cancelled before its batch ran (a batch commits within one task
+            # step, so "not done" means "not started"): withdraw the write, so
+            # a cancelled claim or enqueue leaves no trace.
+            if not batch.done.is_set():
+                batch.writes.remove(item)
+            raise
         if item.error is not None:
             raise item.error
         return item.result  # type: ignore[return-value]

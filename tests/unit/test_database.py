@@ -1,0 +1,232 @@
+"""daemon/store/database.py: open_database, and GroupCommit (one transaction per round)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import trio
+import trio.testing
+
+from actors.errors import Refused
+from daemon.store.database import GroupCommit, open_database
+
+
+@pytest.fixture
+def db(tmp_path):
+    db = open_database(tmp_path / "g.db")
+    db.conn.execute("CREATE TABLE t (k TEXT PRIMARY KEY, v INTEGER)")
+    yield db
+    db.conn.close()
+
+
+def _rows(db) -> dict[str, int]:
+    return dict(db.conn.execute("SELECT k, v FROM t").fetchall())
+
+
+def _put(key: str, value: int = 1, effects: list | None = None):
+    def fn(tx):
+        tx.conn.execute("INSERT INTO t VALUES (?, ?)", (key, value))
+        if effects is not None:
+            tx.after(lambda: effects.append(key))
+        return key
+
+    return fn
+
+
+def _put_then_refuse(key: str, effects: list):
+    def fn(tx):
+        tx.conn.execute("INSERT INTO t VALUES (?, ?)", (key, 0))
+        tx.after(lambda: effects.append(key))
+        raise Refused("conflict", f"{key} refused")
+
+    return fn
+
+
+def test_open_database_settings(tmp_path):
+    db = open_database(tmp_path / "sub" / "dir" / "x.db", synchronous="full")
+    try:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+        assert not db.conn.in_transaction
+    finally:
+        db.conn.close()
+    db = open_database(tmp_path / "y.db")
+    try:
+        assert db.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+    finally:
+        db.conn.close()
+
+
+def test_open_database_refuses_an_unknown_synchronous(tmp_path):
+    with pytest.raises(ValueError, match="synchronous"):
+        open_database(tmp_path / "x.db", synchronous="off")
+
+
+async def test_one_round_of_writes_is_one_transaction(db, autojump_clock):
+    with trio.fail_after(10):
+        writer = GroupCommit(db.conn, lambda: 1000)
+        effects: list[str] = []
+        results: dict[str, str] = {}
+        async with trio.open_nursery() as nursery:
+            await nursery.start(writer.run)
+
+            async def put(key):
+                results[key] = await writer.write(_put(key, effects=effects))
+
+            async with trio.open_nursery() as writers:
+                for i in range(20):
+                    writers.start_soon(put, f"k{i}")
+            assert writer.commits == 1
+            assert writer.writes == 20
+            assert results == {f"k{i}": f"k{i}" for i in range(20)}
+            assert sorted(effects) == sorted(results)
+            nursery.cancel_scope.cancel()
+        assert len(_rows(db)) == 20
+
+
+async def test_a_refused_write_rolls_back_alone(db, autojump_clock):
+    with trio.fail_after(10):
+        writer = GroupCommit(db.conn, lambda: 1000)
+        effects: list[str] = []
+        outcomes: dict[str, object] = {}
+        async with trio.open_nursery() as nursery:
+            await nursery.start(writer.run)
+
+            async def submit(key, fn):
+                try:
+                    outcomes[key] = await writer.write(fn)
+                except Refused as exc:
+                    outcomes[key] = exc.code
+
+            async with trio.open_nursery() as writers:
+                writers.start_soon(submit, "a", _put("a", effects=effects))
+                writers.start_soon(submit, "bad", _put_then_refuse("bad", effects))
+                writers.start_soon(submit, "c", _put("c", effects=effects))
+                writers.start_soon(submit, "d", _put("d", effects=effects))
+            nursery.cancel_scope.cancel()
+        assert writer.commits == 1
+        assert outcomes == {"a": "a", "bad": "conflict", "c": "c", "d": "d"}
+        assert _rows(db) == {"a": 1, "c": 1, "d": 1}
+        assert sorted(effects) == ["a", "c", "d"]  # the refused write's effects never run
+
+
+async def test_a_bug_in_a_write_is_an_internal_refusal_for_it_alone(db, autojump_clock, caplog):
+    with trio.fail_after(10):
+        writer = GroupCommit(db.conn, lambda: 1000)
+        outcomes: dict[str, object] = {}
+
+        def buggy(tx):
+            tx.conn.execute("INSERT INTO t VALUES ('bug', 0)")
+            raise KeyError("oops")
+
+        async with trio.open_nursery() as nursery:
+            await nursery.start(writer.run)
+
+            async def submit(key, fn):
+                try:
+                    outcomes[key] = await writer.write(fn)
+                except Refused as exc:
+                    outcomes[key] = exc.code
+
+            with caplog.at_level(logging.ERROR):
+                async with trio.open_nursery() as writers:
+                    writers.start_soon(submit, "bug", buggy)
+                    writers.start_soon(submit, "ok", _put("ok"))
+            nursery.cancel_scope.cancel()
+        assert outcomes == {"bug": "internal", "ok": "ok"}
+        assert _rows(db) == {"ok": 1}
+
+
+async def test_a_constraint_error_in_a_write_fails_it_alone(db, autojump_clock, caplog):
+    with trio.fail_after(10):
+        writer = GroupCommit(db.conn, lambda: 1000)
+        writer.run_now(_put("dup"))
+        outcomes: dict[str, object] = {}
+        async with trio.open_nursery() as nursery:
+            await nursery.start(writer.run)
+
+            async def submit(key, fn):
+                try:
+                    outcomes[key] = await writer.write(fn)
+                except Refused as exc:
+                    outcomes[key] = exc.code
+
+            with caplog.at_level(logging.ERROR):
+                async with trio.open_nursery() as writers:
+                    writers.start_soon(submit, "x", _put("x"))
+                    writers.start_soon(submit, "dup", _put("dup"))
+                    writers.start_soon(submit, "y", _put("y"))
+            nursery.cancel_scope.cancel()
+        assert outcomes == {"x": "x", "dup": "internal", "y": "y"}
+        assert _rows(db) == {"dup": 1, "x": 1, "y": 1}
+
+
+async def test_writes_of_later_rounds_get_their_own_transaction(db, autojump_clock):
+    with trio.fail_after(10):
+        writer = GroupCommit(db.conn, lambda: 1000)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(writer.run)
+            await writer.write(_put("a"))
+            await writer.write(_put("b"))
+            await trio.sleep(1)
+            await writer.write(_put("c"))
+            assert writer.commits == 3
+            nursery.cancel_scope.cancel()
+
+
+async def test_tx_now_is_read_once_per_transaction(db, autojump_clock):
+    with trio.fail_after(10):
+        ticks = iter(range(1000, 2000))
+        writer = GroupCommit(db.conn, lambda: next(ticks))
+        seen: list[int] = []
+        async with trio.open_nursery() as nursery:
+            await nursery.start(writer.run)
+            async with trio.open_nursery() as writers:
+                for _ in range(5):
+                    writers.start_soon(writer.write, lambda tx: seen.append(tx.now_ms))
+            await writer.write(lambda tx: seen.append(tx.now_ms))
+            nursery.cancel_scope.cancel()
+        assert seen == [1000] * 5 + [1001]
+
+
+async def test_a_submitted_write_commits_even_if_its_caller_is_cancelled(db, autojump_clock):
+    with trio.fail_after(10):
+        writer = GroupCommit(db.conn, lambda: 1000)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(writer.run)
+            with trio.CancelScope() as scope:
+                nursery.start_soon(_cancel_soon, scope)
+                await writer.write(_put("submitted"))
+            await writer.write(_put("after"))
+            nursery.cancel_scope.cancel()
+        assert _rows(db) == {"submitted": 1, "after": 1}
+
+
+async def _cancel_soon(scope: trio.CancelScope) -> None:
+    scope.cancel()
+
+
+async def test_writes_pending_at_shutdown_are_committed_then_refused(db, autojump_clock):
+    with trio.fail_after(10):
+        writer = GroupCommit(db.conn, lambda: 1000)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(writer.run)
+            await writer.write(_put("a"))
+            nursery.cancel_scope.cancel()
+        with pytest.raises(Refused) as info:
+            await writer.write(_put("late"))
+        assert info.value.code == "shutting_down"
+        assert _rows(db) == {"a": 1}
+
+
+def test_run_now_is_its_own_transaction(db):
+    writer = GroupCommit(db.conn, lambda: 5)
+    effects: list[str] = []
+    assert writer.run_now(_put("a", effects=effects)) == "a"
+    assert effects == ["a"]
+    with pytest.raises(Refused):
+        writer.run_now(_put_then_refuse("b", effects))
+    assert _rows(db) == {"a": 1}
+    assert writer.commits == 2  # the refused write's empty transaction still commits
+    assert not db.conn.in_transaction

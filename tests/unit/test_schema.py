@@ -1,0 +1,108 @@
+"""daemon/store/schema.py: versioned migrations in PRAGMA user_version."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+import sqlite_utils
+
+from daemon.store import schema
+from daemon.store.database import open_database
+
+
+@pytest.fixture
+def db(tmp_path):
+    conn = sqlite3.connect(tmp_path / "s.db", isolation_level=None)
+    yield sqlite_utils.Database(conn)
+    conn.close()
+
+
+def _schema_sql(db) -> list[tuple]:
+    return db.execute("SELECT type, name, sql FROM sqlite_master ORDER BY type, name").fetchall()
+
+
+def test_migrate_a_new_database(db):
+    assert schema.schema_version(db) == 0
+    assert schema.migrate(db) == len(schema.MIGRATIONS)
+    assert schema.schema_version(db) == len(schema.MIGRATIONS)
+    assert {"jobs", "queues", "settings", "audit"} <= set(db.table_names())
+    indexes = {name for _t, name, _s in _schema_sql(db)}
+    assert {"ix_jobs_ready", "ix_jobs_scheduled", "ix_jobs_lease", "ux_jobs_unique"} <= indexes
+    assert not db.conn.in_transaction
+
+
+def test_the_ready_index_is_partial_on_pending():
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    try:
+        db = sqlite_utils.Database(conn)
+        schema.migrate(db)
+        (sql,) = conn.execute(
+            "SELECT sql FROM sqlite_master WHERE name = 'ix_jobs_ready'"
+        ).fetchone()
+        assert "WHERE state = 'pending'" in sql
+        assert "(namespace, queue, priority, ready_at, id)" in sql
+    finally:
+        conn.close()
+
+
+def test_rerunning_is_a_no_op(db):
+    schema.migrate(db)
+    before = _schema_sql(db)
+    db["jobs"].insert({"id": "x", "namespace": "n", "queue": "q", "type": "t", "payload": "{}",
+                       "priority": 1, "state": "pending", "attempts": 0, "max_attempts": 1,
+                       "lease_ms": 1, "ready_at": 0, "created_at": 0, "updated_at": 0})  # fmt: skip
+    assert schema.migrate(db) == len(schema.MIGRATIONS)
+    assert _schema_sql(db) == before
+    assert db["jobs"].count == 1
+
+
+def test_open_database_twice_keeps_the_data(tmp_path):
+    path = tmp_path / "d.db"
+    db = open_database(path)
+    db.conn.execute("INSERT INTO settings (key, value, updated_at) VALUES ('k', 'v', 1)")
+    db.conn.close()
+    db = open_database(path)
+    try:
+        assert db.execute("SELECT value FROM settings").fetchall() == [("v",)]
+        assert schema.schema_version(db) == len(schema.MIGRATIONS)
+    finally:
+        db.conn.close()
+
+
+def test_a_newer_database_is_refused(db):
+    db.execute(f"PRAGMA user_version = {len(schema.MIGRATIONS) + 1}")
+    with pytest.raises(RuntimeError, match="newer than this sluicegate"):
+        schema.migrate(db)
+    assert db.table_names() == []
+    assert schema.schema_version(db) == len(schema.MIGRATIONS) + 1
+
+
+def test_a_failing_migration_leaves_the_previous_version(db, monkeypatch):
+    schema.migrate(db)
+    version = schema.schema_version(db)
+
+    def broken(d):
+        d["half_made"].create({"id": int}, pk="id")
+        raise ValueError("boom")
+
+    monkeypatch.setattr(schema, "MIGRATIONS", [*schema.MIGRATIONS, broken])
+    with pytest.raises(ValueError, match="boom"):
+        schema.migrate(db)
+    assert schema.schema_version(db) == version
+    assert "half_made" not in db.table_names()
+    assert not db.conn.in_transaction
+
+
+def test_migrations_apply_in_order_from_the_stored_version(db, monkeypatch):
+    schema.migrate(db)
+    seen = []
+    monkeypatch.setattr(
+        schema, "MIGRATIONS",
+        [*schema.MIGRATIONS, lambda d: seen.append(schema.schema_version(d)),
+         lambda d: seen.append(schema.schema_version(d))],
+    )  # fmt: skip
+    assert schema.migrate(db) == len(schema.MIGRATIONS)
+    base = len(schema.MIGRATIONS) - 2
+    assert seen == [base, base + 1]
+    assert schema.schema_version(db) == base + 2

@@ -1,0 +1,407 @@
+"""daemon/verbs/working.py on a Core: claims, waiting claims, fail, release."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+import trio.lowlevel
+import trio.testing
+
+from actors import lifecycle as lc
+from actors.errors import Refused
+from tests.unit.harness import WALL0, call, db_counts, job_row, mem_counts, running_core, t0
+
+
+async def _enqueue(core, queue="q", **args):
+    return (await call(core, "enqueue", queue=queue, type="t", **args))["job"]
+
+
+async def _claim(core, queues=("q",), **args):
+    answer = await call(core, "claim_next", queues=list(queues), **args)
+    return [j["job"] for j in answer["jobs"]]
+
+
+async def _at(core, seconds: float) -> None:
+    await trio.sleep_until(t0(core) + seconds)
+    await trio.testing.wait_all_tasks_blocked()
+    assert trio.current_time() - t0(core) == seconds
+
+
+# -- waiting claims --------------------------------------------------------------
+
+
+async def test_one_waiter_per_enqueued_job_never_a_herd(tmp_path, autojump_clock):
+    with trio.fail_after(1_000):
+        async with running_core(tmp_path) as core:
+            answers: dict[int, tuple[float, dict]] = {}
+
+            async def waiter(i):
+                answer = await call(core, "claim_next", queues=["q"], wait_ms=60_000)
+                answers[i] = (trio.current_time() - t0(core), answer)
+
+            async with trio.open_nursery() as nursery:
+                for i in range(5):
+                    nursery.start_soon(waiter, i)
+                await trio.testing.wait_all_tasks_blocked()
+                assert core.router.statistics().waiters == 5
+                await _at(core, 1.0)
+                await call(core, "enqueue_many", jobs=[{"queue": "q", "type": "t"}] * 2)
+                await trio.testing.wait_all_tasks_blocked()
+                assert len(answers) == 2
+                assert all(at == 1.0 and len(a["jobs"]) == 1 for at, a in answers.values())
+                assert core.router.statistics().waiters == 3
+                await _at(core, 59.999)
+                assert len(answers) == 2
+            assert len(answers) == 5
+            empty = [(at, a) for at, a in answers.values() if not a["jobs"]]
+            assert empty == [(60.0, {"jobs": [], "empty": True})] * 3
+            claimed = {a["jobs"][0]["job"]["id"] for _, a in answers.values() if a["jobs"]}
+            assert len(claimed) == 2
+            assert core.router.statistics().waiters == 0
+
+
+async def test_a_waiting_claim_is_woken_by_an_enqueue_on_any_of_its_queues(
+    tmp_path, autojump_clock
+):
+    with trio.fail_after(100):
+        async with running_core(tmp_path) as core:
+            got = []
+
+            async def waiter():
+                got.append(await _claim(core, queues=["a", "b"], wait_ms=30_000))
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(waiter)
+                await _at(core, 2.0)
+                job = await _enqueue(core, queue="b")
+                await trio.testing.wait_all_tasks_blocked()
+                assert [[j["id"] for j in jobs] for jobs in got] == [[job["id"]]]
+                assert trio.current_time() - t0(core) == 2.0
+
+
+async def test_wait_ms_zero_answers_empty_at_once(tmp_path, autojump_clock):
+    with trio.fail_after(100):
+        async with running_core(tmp_path) as core:
+            answer = await call(core, "claim_next", queues=["q"])
+            assert answer == {"jobs": [], "empty": True}
+            assert trio.current_time() == t0(core)
+
+
+async def test_a_waiting_claim_times_out_at_exactly_wait_ms(tmp_path, autojump_clock):
+    with trio.fail_after(100):
+        async with running_core(tmp_path) as core:
+            await _at(core, 1.0)
+            answer = await call(core, "claim_next", queues=["q"], wait_ms=2_500)
+            assert answer == {"jobs": [], "empty": True}
+            assert trio.current_time() - t0(core) == 3.5
+
+
+async def test_drain_answers_waiting_claims_empty(tmp_path, autojump_clock):
+    with trio.fail_after(100):
+        async with running_core(tmp_path) as core:
+            answers = []
+
+            async def waiter():
+                answers.append(await call(core, "claim_next", queues=["q"], wait_ms=60_000))
+
+            async with trio.open_nursery() as nursery:
+                for _ in range(3):
+                    nursery.start_soon(waiter)
+                await _at(core, 1.0)
+                core.drain()
+            assert answers == [{"jobs": [], "empty": True}] * 3
+            assert trio.current_time() - t0(core) == 1.0
+
+
+async def test_a_claim_cancelled_mid_commit_leaves_the_job_claimable(tmp_path, autojump_clock):
+    with trio.fail_after(100):
+        # Nothing runs yet: writes wait in the batch until the test starts the committer.
+        async with running_core(tmp_path, timers=False, writer=False) as core:
+            enqueued: list = []
+            got: list = []
+            async with trio.open_nursery() as nursery:
+                caller = trio.CancelScope()
+
+                async def claimer():
+                    with caller:
+                        got.extend(await _claim(core))
+
+                async def producer():
+                    enqueued.append(await _enqueue(core))
+
+                nursery.start_soon(producer)
+                await trio.testing.wait_all_tasks_blocked()
+                nursery.start_soon(claimer)
+                await trio.testing.wait_all_tasks_blocked()
+                # Both writes are submitted (enqueue first): cancel the claim's caller.
+                assert len(core.writer._batch.writes) == 2
+                caller.cancel()
+                await trio.testing.wait_all_tasks_blocked()
+                await nursery.start(core.writer.run)
+                await trio.testing.wait_all_tasks_blocked()
+                nursery.cancel_scope.cancel()
+            (job,) = enqueued
+            # Either the caller heard of its claim, or nothing was claimed.
+            row = job_row(core, job["id"])
+            assert [j["id"] for j in got] == [job["id"]] or (
+                row["state"] == "pending" and row["attempts"] == 0
+            ), row
+
+
+# -- concurrency and group commits -----------------------------------------------
+
+
+async def test_concurrent_claims_never_hand_out_a_job_twice(tmp_path, autojump_clock):
+    with trio.fail_after(1_000):
+        async with running_core(tmp_path) as core:
+            for _ in range(4):
+                await call(core, "enqueue_many",
+                           jobs=[{"queue": q, "type": "t"} for q in ["a", "b"] * 25])  # fmt: skip
+            claimed: list[str] = []
+
+            async def worker(i):
+                while True:
+                    jobs = await _claim(core, queues=["a", "b"], max=1 + i % 3)
+                    if not jobs:
+                        return
+                    claimed.extend(j["id"] for j in jobs)
+                    await trio.lowlevel.checkpoint()
+
+            async with trio.open_nursery() as nursery:
+                for i in range(50):
+                    nursery.start_soon(worker, i)
+            assert len(claimed) == 200
+            assert len(set(claimed)) == 200
+            states = core.conn.execute("SELECT state, attempts, count(*) FROM jobs GROUP BY 1, 2")
+            assert states.fetchall() == [("running", 1, 200)]
+            assert mem_counts(core) == db_counts(core)
+
+
+async def test_concurrent_enqueues_share_one_commit(tmp_path, autojump_clock):
+    with trio.fail_after(100):
+        async with running_core(tmp_path) as core:
+            await _enqueue(core)  # the queue exists: nothing else is written
+            before = core.writer.commits
+            ids: list[str] = []
+
+            async def producer(i):
+                ids.append((await _enqueue(core, payload={"i": i}))["id"])
+
+            async with trio.open_nursery() as nursery:
+                for i in range(20):
+                    nursery.start_soon(producer, i)
+            assert core.writer.commits == before + 1
+            assert len(set(ids)) == 20
+            assert core.counts.get(("default", "q"), "pending") == 21
+
+
+async def test_a_refused_write_in_a_batch_rolls_back_alone(tmp_path, autojump_clock):
+    with trio.fail_after(100):
+        async with running_core(tmp_path) as core:
+            dead = await _enqueue(core, max_attempts=1)
+            (claimed,) = await _claim(core)
+            await call(core, "fail", job_id=dead["id"], lease=claimed["lease"], error="x")
+            pending = await _enqueue(core)
+            before = core.writer.commits
+            outcomes: dict[str, object] = {}
+
+            async def replay():
+                # Replays the dead job, then meets a pending one: refused as a whole.
+                try:
+                    await call(core, "dead_replay", job_ids=[dead["id"], pending["id"]])
+                except Refused as exc:
+                    outcomes["replay"] = exc.code
+
+            async def producer(i):
+                outcomes[i] = (await _enqueue(core, queue="other"))["status"]
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(producer, 0)
+                nursery.start_soon(replay)
+                nursery.start_soon(producer, 1)
+                nursery.start_soon(producer, 2)
+            assert core.writer.commits == before + 1
+            assert outcomes == {0: "pending", 1: "pending", 2: "pending", "replay": "conflict"}
+            assert job_row(core, dead["id"])["state"] == "dead"
+            assert job_row(core, pending["id"])["state"] == "pending"
+            assert core.counts.get(("default", "other"), "pending") == 3
+            assert mem_counts(core) == db_counts(core)
+
+
+# -- claim order -----------------------------------------------------------------
+
+
+async def test_claims_follow_priority_then_ready_at_then_id(tmp_path, autojump_clock):
+    with trio.fail_after(100):
+        async with running_core(tmp_path) as core:
+            spec = [  # (name, priority, ready_at offset)
+                ("p5-late", 5, -100), ("p1", 1, -50), ("p5-early", 5, -200),
+                ("p5-late-2", 5, -100), ("default", None, -900), ("p0", 0, 0),
+                ("p5-late-3", 5, -100),
+            ]  # fmt: skip
+            names = {}
+            for name, priority, offset in spec:
+                args = {"ready_at": WALL0 + offset, "payload": name}
+                if priority is not None:
+                    args["priority"] = priority
+                names[(await _enqueue(core, **args))["id"]] = name
+            order = []
+            while jobs := await _claim(core):
+                order.append(names[jobs[0]["id"]])
+            assert order == ["p0", "p1", "p5-early", "p5-late", "p5-late-2", "p5-late-3",
+                             "default"]  # fmt: skip
+
+
+async def test_one_claim_of_many_returns_them_in_order_across_queues(tmp_path, autojump_clock):
+    with trio.fail_after(100):
+        async with running_core(tmp_path) as core:
+            c = await _enqueue(core, queue="b", priority=3)
+            a = await _enqueue(core, queue="a", priority=1)
+            d = await _enqueue(core, queue="a", priority=3)
+            b = await _enqueue(core, queue="b", priority=2)
+            await _enqueue(core, queue="c", priority=0)  # not asked for
+            jobs = await _claim(core, queues=["a", "b"], max=10)
+            assert [j["id"] for j in jobs] == [a["id"], b["id"], c["id"], d["id"]]
+            assert all(j["status"] == "running" and j["attempts"] == 1 for j in jobs)
+            assert len({j["lease"] for j in jobs}) == 1
+            assert await _claim(core, queues=["a", "b"]) == []
+
+
+async def test_claim_next_max_limits_the_batch(tmp_path, autojump_clock):
+    with trio.fail_after(100):
+        async with running_core(tmp_path) as core:
+            await call(core, "enqueue_many", jobs=[{"queue": "q", "type": "t"}] * 5)
+            assert len(await _claim(core, max=3)) == 3
+            assert len(await _claim(core, max=3)) == 2
+
+
+# -- fail and release ------------------------------------------------------------
+
+
+async def test_fail_schedules_a_retry_with_backoff_pending_exactly_then(tmp_path, autojump_clock):
+    with trio.fail_after(100):
+        async with running_core(tmp_path) as core:
+            job = await _enqueue(core)
+            (claimed,) = await _claim(core)
+            failed = (await call(core, "fail", job_id=job["id"], lease=claimed["lease"],
+                                 error="boom"))["job"]  # fmt: skip
+            delay = failed["ready_at"] - WALL0
+            assert lc.BACKOFF_BASE_MS // 2 <= delay <= lc.BACKOFF_BASE_MS
+            assert failed["status"] == "scheduled"
+            assert failed["error"] == "boom" and failed["attempts"] == 1
+            assert failed["lease"] is None
+            await _at(core, (delay - 1) / 1000)
+            assert job_row(core, job["id"])["state"] == "scheduled"
+            await _at(core, delay / 1000)
+            assert job_row(core, job["id"])["state"] == "pending"
+            (again,) = await _claim(core)
+            assert again["attempts"] == 2
+
+
+async def test_fail_with_retry_in_ms(tmp_path, autojump_clock):
+    with trio.fail_after(100):
+        async with running_core(tmp_path) as core:
+            job = await _enqueue(core)
+            (claimed,) = await _claim(core)
+            failed = (await call(core, "fail", job_id=job["id"], lease=claimed["lease"],
+                                 error="e", retry_in_ms=3_000))["job"]  # fmt: skip
+            assert failed["ready_at"] == WALL0 + 3_000
+            started = trio.current_time()
+            (again,) = await _claim(core, wait_ms=10_000)
+            assert again["id"] == job["id"]
+            assert trio.current_time() - started == 3.0
+
+
+async def test_fail_with_retry_in_zero_is_pending_at_once(tmp_path, autojump_clock):
+    with trio.fail_after(100):
+        async with running_core(tmp_path) as core:
+            job = await _enqueue(core)
+            (claimed,) = await _claim(core)
+            failed = (await call(core, "fail", job_id=job["id"], lease=claimed["lease"],
+                                 error="e", retry_in_ms=0))["job"]  # fmt: skip
+            assert failed["status"] == "pending"
+
+
+async def test_fail_at_max_attempts_is_dead(tmp_path, autojump_clock):
+    with trio.fail_after(100):
+        async with running_core(tmp_path) as core:
+            job = await _enqueue(core, max_attempts=1)
+            (claimed,) = await _claim(core)
+            failed = (await call(core, "fail", job_id=job["id"], lease=claimed["lease"],
+                                 error="e"))["job"]  # fmt: skip
+            assert failed["status"] == "dead"
+            assert failed["dead"] == {"at": WALL0, "reason": "attempts_exhausted"}
+
+
+async def test_fail_dead_true_is_dead_failed(tmp_path, autojump_clock):
+    with trio.fail_after(100):
+        async with running_core(tmp_path) as core:
+            job = await _enqueue(core)
+            (claimed,) = await _claim(core)
+            failed = (await call(core, "fail", job_id=job["id"], lease=claimed["lease"],
+                                 error="bad input", dead=True))["job"]  # fmt: skip
+            assert failed["status"] == "dead" and failed["error"] == "bad input"
+            assert failed["dead"] == {"at": WALL0, "reason": "failed"}
+            assert mem_counts(core) == db_counts(core)
+
+
+async def test_release_takes_the_attempt_back(tmp_path, autojump_clock):
+    with trio.fail_after(100):
+        async with running_core(tmp_path) as core:
+            job = await _enqueue(core)
+            (claimed,) = await _claim(core)
+            released = (await call(core, "release", job_id=job["id"],
+                                   lease=claimed["lease"]))["job"]  # fmt: skip
+            assert released["status"] == "pending"
+            assert released["attempts"] == 0
+            assert released["lease"] is None and released["ready_at"] == WALL0
+            (again,) = await _claim(core)
+            assert again["attempts"] == 1
+            with pytest.raises(Refused) as info:
+                await call(core, "release", job_id=job["id"], lease=claimed["lease"])
+            assert info.value.code == "lease_lost"
+
+
+async def test_release_with_delay_is_scheduled_until_then(tmp_path, autojump_clock):
+    with trio.fail_after(100):
+        async with running_core(tmp_path) as core:
+            job = await _enqueue(core)
+            (claimed,) = await _claim(core)
+            released = (await call(core, "release", job_id=job["id"], lease=claimed["lease"],
+                                   delay_ms=3_000))["job"]  # fmt: skip
+            assert released["status"] == "scheduled" and released["attempts"] == 0
+            await _at(core, 2.999)
+            assert job_row(core, job["id"])["state"] == "scheduled"
+            await _at(core, 3.0)
+            assert job_row(core, job["id"])["state"] == "pending"
+
+
+async def test_complete_stores_the_result(tmp_path, autojump_clock):
+    with trio.fail_after(100):
+        async with running_core(tmp_path) as core:
+            job = await _enqueue(core)
+            (claimed,) = await _claim(core)
+            await _at(core, 1.0)
+            done = (await call(core, "complete", job_id=job["id"], lease=claimed["lease"],
+                               result={"ok": [1, 2]}))["job"]  # fmt: skip
+            assert done["status"] == "completed" and done["result"] == {"ok": [1, 2]}
+            assert done["finished_at"] == WALL0 + 1_000 and done["lease"] is None
+            with pytest.raises(Refused) as info:
+                await call(core, "complete", job_id=job["id"], lease=claimed["lease"])
+            assert info.value.code == "lease_lost"
+
+
+async def test_unknown_job_is_not_found(tmp_path, autojump_clock):
+    with trio.fail_after(100):
+        async with running_core(tmp_path) as core:
+            for op, args in [
+                ("complete", {"lease": "x"}),
+                ("heartbeat", {"lease": "x"}),
+                ("fail", {"lease": "x", "error": "e"}),
+                ("release", {"lease": "x"}),
+                ("claim", {}),
+                ("get", {}),
+            ]:
+                with pytest.raises(Refused) as info:
+                    await call(core, op, job_id="nope", **args)
+                assert info.value.code == "not_found"
