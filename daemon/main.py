@@ -51,11 +51,14 @@ class Daemon:
         zoneinfo.reset_tzpath(to=[])
         clock = Clock()
         db = open_database(cfg.database_path(), cfg.synchronous)
+        fds: list[int] = []
         try:
             core = self.core = Core(self.config, db, clock)
             fds = systemd.listen_fds()
             listener = listener_from_fd(fds[0]) if fds else bind_unix_socket(cfg.socket_path())
             async with trio.open_nursery() as root:
+                # Handlers first: a SIGHUP right after READY=1 must reload, not kill.
+                await root.start(self._signals)
                 await root.start(core.run)
                 async with trio.open_nursery() as listeners:
                     server = self.socket_server = SocketServer(core)
@@ -65,7 +68,6 @@ class Daemon:
                         self.http_addresses = await listeners.start(
                             serve_http, core, cfg.http, http_stop.wait
                         )
-                    root.start_soon(self._signals)
                     if (interval := systemd.watchdog_interval()) is not None:
                         root.start_soon(systemd.watchdog, interval)
                     if cfg.loop_probe > 0:
@@ -89,15 +91,19 @@ class Daemon:
             self.stopped_cleanly = True
         finally:
             db.conn.close()
-            if not systemd.listen_fds(unset_environment=False) and cfg.socket_path().exists():
+            # A socket systemd passed us is systemd's to keep; only remove our own.
+            if not fds and cfg.socket_path().exists():
                 try:
                     cfg.socket_path().unlink()
                 except OSError:
                     pass
             log.info("stopped")
 
-    async def _signals(self) -> None:
+    async def _signals(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+            task_status.started()
             async for signum in signals:
                 if signum == signal.SIGHUP:
                     self.reload()
