@@ -59,6 +59,7 @@ class Connection:
         self.idle = trio.Event()
         self.idle.set()
         self.slots = trio.Semaphore(MAX_IN_FLIGHT)
+        self.waiting: set[trio.CancelScope] = set()  # claims waiting for work
         self.scope = trio.CancelScope()
         self.closing = False
 
@@ -128,15 +129,22 @@ class Connection:
             self.idle.set()
 
     async def _handle(self, request: Request) -> None:
+        scope = trio.CancelScope()
+        waits = request.op == "claim_next" and request.args.get("wait_ms")
+        if waits:
+            self.waiting.add(scope)
         try:
-            result = await dispatch(
-                self.core,
-                self.session,
-                request.op,
-                request.args,
-                events=self.send_event,
-                owner=self,
-            )
+            with scope:
+                result = await dispatch(
+                    self.core,
+                    self.session,
+                    request.op,
+                    request.args,
+                    events=self.send_event,
+                    owner=self,
+                )
+            if scope.cancelled_caught:
+                return  # the client hung up while this claim waited
         except Refused as refused:
             self.send(encode_error(request.id, refused))
             if refused.code == "unauthenticated" and request.op == "hello":
@@ -150,6 +158,8 @@ class Connection:
         else:
             self.send(encode_ok(request.id, result))
         finally:
+            if waits:
+                self.waiting.discard(scope)
             self._end()
 
     def send_event(self, event: dict[str, Any]) -> None:
@@ -209,6 +219,11 @@ class Connection:
             with trio.move_on_after(1):
                 await self.drained.wait()
             return
+        # Nobody is left to hand a waiting claim's jobs to: end those waits now
+        # (a claim not yet committed is withdrawn), so no job is claimed for a
+        # client that is gone. Other requests finish and are flushed.
+        for scope in list(self.waiting):
+            scope.cancel()
         await self.idle.wait()
         await self.drained.wait()
 

@@ -25,11 +25,18 @@ DEFAULT_LEASE_MS = 60_000
 class JobHandle:
     """What both handles share: the job object and the requests that act on it."""
 
-    def __init__(self, job: dict[str, Any], admission: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        job: dict[str, Any],
+        admission: dict[str, Any] | None = None,
+        claim_lease_ms: int | None = None,
+    ) -> None:
         #: The job object as last answered by the daemon.
         self.job = job
         #: The claim's admission details (PROTOCOL.md), or None.
         self.admission = admission
+        #: The lease the claim asked for; heartbeats ask for it again.
+        self.claim_lease_ms = claim_lease_ms
         #: Set once complete, fail or release succeeded: the lease is gone.
         self.finished = False
 
@@ -65,14 +72,20 @@ class JobHandle:
 
     @property
     def lease_ms(self) -> int:
-        """How long the lease lasts without a heartbeat."""
-        value = self.job.get("lease_ms")
+        """How long the lease lasts without a heartbeat.
+
+        The claim's ``lease_ms`` when it gave one, else the job's own (the job
+        object's ``lease_ms`` is the enqueue's, not a claim's).
+        """
+        value = self.claim_lease_ms or self.job.get("lease_ms")
         return value if isinstance(value, int) and value > 0 else DEFAULT_LEASE_MS
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.id} {self.queue}/{self.type} attempt {self.attempt}>"
 
     def _heartbeat_args(self, lease_ms: int | None) -> dict[str, Any]:
+        # Without lease_ms the daemon extends by the job's lease, not the claim's.
+        lease_ms = lease_ms or self.claim_lease_ms
         return drop_none(job_id=self.id, lease=self.lease, lease_ms=lease_ms)
 
     def _complete_args(self, result: Any) -> dict[str, Any]:
@@ -80,9 +93,12 @@ class JobHandle:
 
     def _fail_args(self, error: str, retry_in_ms: int | None, dead: bool) -> dict[str, Any]:
         return drop_none(
-            job_id=self.id, lease=self.lease, error=error, retry_in_ms=retry_in_ms,
+            job_id=self.id,
+            lease=self.lease,
+            error=error,
+            retry_in_ms=retry_in_ms,
             dead=True if dead else None,
-        )  # fmt: skip
+        )
 
     def _release_args(self, delay_ms: int | None) -> dict[str, Any]:
         return drop_none(job_id=self.id, lease=self.lease, delay_ms=delay_ms)
@@ -104,9 +120,13 @@ class Job(JobHandle):
     """A job claimed through the blocking :class:`~daemon.sdk.sync_client.Client`."""
 
     def __init__(
-        self, client: Client, job: dict[str, Any], admission: dict[str, Any] | None = None
+        self,
+        client: Client,
+        job: dict[str, Any],
+        admission: dict[str, Any] | None = None,
+        claim_lease_ms: int | None = None,
     ) -> None:
-        super().__init__(job, admission)
+        super().__init__(job, admission, claim_lease_ms)
         self.client = client
 
     def heartbeat(self, lease_ms: int | None = None) -> int:
@@ -133,9 +153,13 @@ class TrioJob(JobHandle):
     """A job claimed through the :class:`~daemon.sdk.trio_client.TrioClient`."""
 
     def __init__(
-        self, client: TrioClient, job: dict[str, Any], admission: dict[str, Any] | None = None
+        self,
+        client: TrioClient,
+        job: dict[str, Any],
+        admission: dict[str, Any] | None = None,
+        claim_lease_ms: int | None = None,
     ) -> None:
-        super().__init__(job, admission)
+        super().__init__(job, admission, claim_lease_ms)
         self.client = client
 
     async def heartbeat(self, lease_ms: int | None = None) -> int:

@@ -27,6 +27,7 @@ from daemon.sdk.protocol import (
     Answer,
     ClientProtocol,
     Fatal,
+    Incoming,
     JobOptions,
     Orphaned,
     PushEvent,
@@ -47,7 +48,9 @@ class Client:
     ``socket``, ``config`` and ``token`` are resolved as
     :mod:`daemon.sdk.paths` describes; with a token the client says ``hello``
     on connect. ``timeout`` bounds the wait for each answer (a waiting claim
-    gets its ``wait_ms`` on top); None waits forever.
+    gets its ``wait_ms`` on top); None waits forever. ``sleep`` is how retries
+    wait (tests pass a recorder). ``sock`` is an already connected socket to
+    use instead of resolving and connecting one.
     """
 
     def __init__(
@@ -105,6 +108,11 @@ class Client:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    @property
+    def outstanding(self) -> int:
+        """Requests sent and not answered yet, abandoned ones included."""
+        return self._proto.outstanding
 
     # -- requests ------------------------------------------------------------
 
@@ -192,13 +200,13 @@ class Client:
             "claim_next",
             **drop_none(queues=list(queues), max=max, wait_ms=wait_ms, lease_ms=lease_ms),
         )
-        jobs = [Job(self, item["job"], item.get("admission")) for item in answer["jobs"]]
+        jobs = [Job(self, item["job"], item.get("admission"), lease_ms) for item in answer["jobs"]]
         return Claimed(jobs, answer.get("deferred"))
 
     def claim(self, job_id: str, *, lease_ms: int | None = None) -> Job:
         """Claim one pending job by id."""
         answer = self.call("claim", **drop_none(job_id=job_id, lease_ms=lease_ms))
-        return Job(self, answer["job"], answer.get("admission"))
+        return Job(self, answer["job"], answer.get("admission"), lease_ms)
 
     def get(self, job_id: str) -> dict[str, Any]:
         """One job object by id."""
@@ -235,15 +243,20 @@ class Client:
         all: bool = False,
         queue: str | None = None,
         limit: int | None = None,
+        after: str | None = None,
     ) -> dict[str, Any]:
-        """Replay dead letters by id, or ``all`` (a batch); ``{results, remaining}``."""
+        """Replay dead letters by id, or ``all`` (a batch after ``after``);
+        ``{results, remaining, next}``."""
         return self.call(
             "dead_replay",
             **drop_none(
                 job_ids=None if job_ids is None else list(job_ids),
-                all=True if all else None, queue=queue, limit=limit,
+                all=True if all else None,
+                queue=queue,
+                limit=limit,
+                after=after,
             ),
-        )  # fmt: skip
+        )
 
     # -- I/O -----------------------------------------------------------------
 
@@ -252,7 +265,21 @@ class Client:
             self._sock.settimeout(self.timeout)
             self._sock.sendall(data)
         except OSError as exc:
+            self._read_last_words()
             raise self._lose(f"cannot send: {exc}") from None
+
+    def _read_last_words(self) -> None:
+        """After a failed send: route what the daemon said before it closed the connection.
+
+        A daemon that refuses a frame as too large answers ``frame_too_large`` and
+        closes; that answer says more than the broken pipe.
+        """
+        try:
+            self._sock.settimeout(1.0)
+            while data := self._sock.recv(RECEIVE_BYTES):
+                self._route(self._proto.feed(data))
+        except OSError:
+            pass
 
     def _receive(self, deadline: float | None) -> None:
         """Read once and route what arrived; TimeoutError at ``deadline``."""
@@ -271,7 +298,10 @@ class Client:
             raise self._lose(f"cannot receive: {exc}") from None
         if not data:
             raise self._lose("the daemon closed the connection")
-        for item in self._proto.feed(data):
+        self._route(self._proto.feed(data))
+
+    def _route(self, items: list[Incoming]) -> None:
+        for item in items:
             if isinstance(item, Answer):
                 self._answers[item.req_id] = item
             elif isinstance(item, PushEvent):
@@ -280,7 +310,10 @@ class Client:
                 else:
                     self.events.append(item.frame)
             elif isinstance(item, Orphaned):
-                self._send(self._proto.release_orphans(item.jobs))
+                try:  # best effort: an unreleased job comes back when its lease lapses
+                    self._send(self._proto.release_orphans(item.jobs))
+                except SluicegateError:
+                    pass
             elif isinstance(item, Fatal):
                 self._fatal = item.error
 

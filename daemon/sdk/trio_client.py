@@ -55,7 +55,6 @@ RECEIVE_BYTES = 65536
 class _Slot:
     """Where the reader leaves one call's answer."""
 
-    op: str
     done: trio.Event = attrs.field(factory=trio.Event)
     answer: Answer | None = None
     error: SluicegateError | None = None
@@ -89,6 +88,7 @@ class TrioClient:
         self._lost: SluicegateError | None = None
         self._fatal: SluicegateError | None = None
         self._nursery: trio.Nursery | None = None
+        self._reader_done = trio.Event()
 
     # -- opening and closing ---------------------------------------------------
 
@@ -147,6 +147,11 @@ class TrioClient:
         self._lose(ConnectionLost("the client closed the connection"))
         await self.stream.aclose()
 
+    @property
+    def outstanding(self) -> int:
+        """Requests sent and not answered yet, abandoned ones included."""
+        return self._proto.outstanding
+
     # -- requests ------------------------------------------------------------
 
     async def call(self, op: str, **args: Any) -> dict[str, Any]:
@@ -167,7 +172,7 @@ class TrioClient:
         if self._lost is not None:
             raise self._lost
         req_id, line = self._proto.request(op, args)
-        slot = self._slots[req_id] = _Slot(op)
+        slot = self._slots[req_id] = _Slot()
         try:
             await self._send(line)
             await slot.done.wait()
@@ -215,13 +220,15 @@ class TrioClient:
             "claim_next",
             **drop_none(queues=list(queues), max=max, wait_ms=wait_ms, lease_ms=lease_ms),
         )
-        jobs = [TrioJob(self, item["job"], item.get("admission")) for item in answer["jobs"]]
+        jobs = [
+            TrioJob(self, item["job"], item.get("admission"), lease_ms) for item in answer["jobs"]
+        ]
         return Claimed(jobs, answer.get("deferred"))
 
     async def claim(self, job_id: str, *, lease_ms: int | None = None) -> TrioJob:
         """Claim one pending job by id."""
         answer = await self.call("claim", **drop_none(job_id=job_id, lease_ms=lease_ms))
-        return TrioJob(self, answer["job"], answer.get("admission"))
+        return TrioJob(self, answer["job"], answer.get("admission"), lease_ms)
 
     async def get(self, job_id: str) -> dict[str, Any]:
         """One job object by id."""
@@ -259,15 +266,20 @@ class TrioClient:
         all: bool = False,
         queue: str | None = None,
         limit: int | None = None,
+        after: str | None = None,
     ) -> dict[str, Any]:
-        """Replay dead letters by id, or ``all`` (a batch); ``{results, remaining}``."""
+        """Replay dead letters by id, or ``all`` (a batch after ``after``);
+        ``{results, remaining, next}``."""
         return await self.call(
             "dead_replay",
             **drop_none(
                 job_ids=None if job_ids is None else list(job_ids),
-                all=True if all else None, queue=queue, limit=limit,
+                all=True if all else None,
+                queue=queue,
+                limit=limit,
+                after=after,
             ),
-        )  # fmt: skip
+        )
 
     # -- I/O -----------------------------------------------------------------
 
@@ -278,8 +290,14 @@ class TrioClient:
             with trio.CancelScope(shield=True):
                 try:
                     await self.stream.send_all(data)
-                except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                    raise self._lose(ConnectionLost(f"cannot send: {exc!r}")) from None
+                    return
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    pass
+        # The connection is gone. An error the daemon sent before closing it
+        # (frame_too_large) says why better than the broken pipe: let the reader get it.
+        with trio.move_on_after(1):
+            await self._reader_done.wait()
+        raise self._lose(self._fatal or ConnectionLost("cannot send: the connection is closed"))
 
     def _release(self, orphans: Orphaned) -> None:
         if self._nursery is not None and self._lost is None:
@@ -304,6 +322,7 @@ class TrioClient:
             why = f"connection closed: {exc!r}"
         finally:
             self._lose(self._fatal or ConnectionLost(why))
+            self._reader_done.set()
 
     def _route(self, item: object) -> None:
         if isinstance(item, Answer):

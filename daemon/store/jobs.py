@@ -288,19 +288,17 @@ def list_jobs(
     ).fetchall()
 
 
-def dead_ids(conn: sqlite3.Connection, namespace: str, queue: str | None, limit: int) -> list[str]:
-    """Ids of dead letters of ``namespace`` (optionally one queue), oldest first."""
-    if queue is None:
-        rows = conn.execute(
-            "SELECT id FROM jobs WHERE namespace = ? AND state = 'dead' ORDER BY id LIMIT ?",
-            (namespace, limit),
-        )
-    else:
-        rows = conn.execute(
-            "SELECT id FROM jobs WHERE namespace = ? AND queue = ? AND state = 'dead' "
-            "ORDER BY id LIMIT ?",
-            (namespace, queue, limit),
-        )
+def dead_ids(
+    conn: sqlite3.Connection, namespace: str, queue: str | None, after: str | None, limit: int
+) -> list[str]:
+    """Ids of dead letters of ``namespace`` (optionally one queue) after ``after``, oldest first."""
+    where = "namespace = ? AND state = 'dead' AND id > ?"
+    params: list[Any] = [namespace, after or ""]
+    if queue is not None:
+        where += " AND queue = ?"
+        params.append(queue)
+    params.append(limit)
+    rows = conn.execute(f"SELECT id FROM jobs WHERE {where} ORDER BY id LIMIT ?", params)
     return [r[0] for r in rows]
 
 

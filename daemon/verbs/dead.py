@@ -52,6 +52,8 @@ class DeadReplayArgs:
     all: bool = False
     queue: str | None = attrs.field(default=None, validator=name)
     limit: int = attrs.field(default=MAX_REPLAY, validator=between(1, MAX_REPLAY))
+    #: With ``all``: continue after this id (the ``next`` of the previous answer).
+    after: str | None = attrs.field(default=None, validator=text(64))
 
     def __attrs_post_init__(self) -> None:
         if (self.job_ids is None) == (not self.all):
@@ -60,14 +62,15 @@ class DeadReplayArgs:
 
 @verb("dead_replay", ("manage", "produce"), DeadReplayArgs)
 async def dead_replay(core: Core, call: Call, a: DeadReplayArgs) -> dict[str, Any]:
-    """Replay dead letters; ``all`` replays up to ``limit`` and says if more remain."""
+    """Replay dead letters; ``all`` replays up to ``limit`` after ``after`` and says
+    whether more remain (``remaining``, with the cursor ``next``)."""
     if a.queue is not None:
         call.scope(a.queue)
     namespace = call.namespace
 
     def write(tx: Tx) -> dict[str, Any]:
         if a.all:
-            ids = sql.dead_ids(tx.conn, namespace, a.queue, a.limit + 1)
+            ids = sql.dead_ids(tx.conn, namespace, a.queue, a.after, a.limit + 1)
             remaining = len(ids) > a.limit
             ids = ids[: a.limit]
         else:
@@ -94,7 +97,9 @@ async def dead_replay(core: Core, call: Call, a: DeadReplayArgs) -> dict[str, An
             core.moved(tx, row, after)
             results.append({"job": sql.to_wire(after), "duplicate": False, "folded": False,
                             "shed": False})  # fmt: skip
-        return {"results": results, "remaining": remaining}
+        # A dead letter that stays dead (its unique key is held) would come
+        # back first in every batch; the cursor moves past it.
+        return {"results": results, "remaining": remaining, "next": ids[-1] if remaining else None}
 
     if core.draining:
         raise Refused("shutting_down", "the daemon is shutting down")

@@ -1,0 +1,192 @@
+"""``sluice enqueue`` and ``sluice jobs list|show``: producing and reading jobs."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from typing import Any
+
+import orjson
+
+from daemon.cli.context import Context, UsageError
+from daemon.cli.output import compact, emit_json, local_instant, local_time, shorten, table
+from daemon.sdk.protocol import drop_none
+
+STATES = ("scheduled", "pending", "running", "completed", "dead")
+KEY_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+def int_range(lo: int, hi: int | None = None) -> Any:
+    """An argparse type: an integer within ``lo..hi`` (exit 2 otherwise)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if value < lo or (hi is not None and value > hi):
+            bound = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {value}")
+        return value
+
+    return parse
+
+
+def budget_binding(text: str) -> dict[str, Any]:
+    """``KEY[:COST]`` as a binding ``{key, cost?}``."""
+    key, sep, cost = text.rpartition(":") if ":" in text else (text, "", "")
+    if sep and not cost.isdigit():
+        # A key may contain ':'; only a numeric tail is a cost.
+        key, cost = text, ""
+    if not KEY_RE.match(key):
+        raise argparse.ArgumentTypeError(f"bad budget key {key!r}: 1-128 of [A-Za-z0-9._:-]")
+    if cost:
+        if int(cost) < 1:
+            raise argparse.ArgumentTypeError(f"budget cost must be at least 1, got {cost}")
+        return {"key": key, "cost": int(cost)}
+    return {"key": key}
+
+
+def parse_payload(text: str | None) -> Any:
+    """``--payload``: JSON text, or ``-`` to read it from stdin; exit 2 if it is not JSON."""
+    if text is None:
+        return None
+    raw = sys.stdin.buffer.read() if text == "-" else text.encode()
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise UsageError(f"--payload is not valid JSON: {exc}") from None
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add ``enqueue`` and ``jobs list|show``."""
+    p = sub.add_parser("enqueue", parents=[common], help="enqueue one job")
+    p.add_argument("queue", metavar="QUEUE")
+    p.add_argument("type", metavar="TYPE")
+    p.add_argument("--payload", metavar="JSON", help="the payload as JSON, or - for stdin")
+    p.add_argument("--priority", type=int_range(0, 65535), help="0-65535, lower runs first")
+    p.add_argument("--delay-ms", type=int_range(0), metavar="N", help="run no sooner than N ms")
+    p.add_argument("--max-attempts", type=int_range(1), metavar="N")
+    p.add_argument("--lease-ms", type=int_range(1), metavar="N")
+    p.add_argument("--unique-key", metavar="K", help="at most one live job per key")
+    p.add_argument(
+        "--debounce-ms",
+        type=int_range(0),
+        metavar="N",
+        help="with --unique-key: fold into a waiting duplicate",
+    )
+    p.add_argument(
+        "--budget",
+        type=budget_binding,
+        action="append",
+        metavar="KEY[:COST]",
+        help="bind the job to a budget (repeatable)",
+    )
+    p.set_defaults(run=run_enqueue)
+
+    jobs = sub.add_parser("jobs", parents=[common], help="list jobs or show one")
+    verbs = jobs.add_subparsers(dest="jobs_command", required=True, metavar="list|show")
+    ls = verbs.add_parser("list", parents=[common], help="jobs in id order")
+    ls.add_argument("--queue", metavar="Q")
+    ls.add_argument("--status", choices=STATES)
+    ls.add_argument("--limit", type=int_range(1, 1000), default=100, metavar="N")
+    ls.add_argument("--after", metavar="CURSOR", help="the next page (from a previous list)")
+    ls.set_defaults(run=run_list)
+    show = verbs.add_parser("show", parents=[common], help="one job in full")
+    show.add_argument("job_id", metavar="ID")
+    show.set_defaults(run=run_show)
+
+
+def run_enqueue(ctx: Context, args: argparse.Namespace) -> int:
+    """Enqueue one job and say what became of it."""
+    payload = parse_payload(args.payload)
+    options = drop_none(
+        priority=args.priority,
+        delay_ms=args.delay_ms,
+        max_attempts=args.max_attempts,
+        lease_ms=args.lease_ms,
+        unique_key=args.unique_key,
+        debounce_ms=args.debounce_ms,
+        budgets=args.budget,
+    )
+    if args.debounce_ms is not None and args.unique_key is None:
+        raise UsageError("--debounce-ms needs --unique-key")
+    with ctx.client() as client:
+        result = client.call(
+            "enqueue", **drop_none(queue=args.queue, type=args.type, payload=payload, **options)
+        )
+    if ctx.json:
+        emit_json(result)
+        return 0
+    job = result["job"]
+    if result.get("duplicate"):
+        print(f"duplicate: job {job['id']} already holds that unique key ({job['status']})")
+    elif result.get("folded"):
+        print(f"folded into job {job['id']} (ready {local_time(job['ready_at'])})")
+    else:
+        when = "" if job["status"] != "scheduled" else f", ready {local_time(job['ready_at'])}"
+        print(f"enqueued job {job['id']} on {job['queue']} ({job['status']}{when})")
+    return 0
+
+
+def run_list(ctx: Context, args: argparse.Namespace) -> int:
+    """One page of jobs."""
+    with ctx.client() as client:
+        result = client.list(args.queue, args.status, args.limit, args.after)
+    if ctx.json:
+        emit_json(result)
+        return 0
+    print(render_list(result))
+    return 0
+
+
+def render_list(result: dict[str, Any]) -> str:
+    """A page of jobs as a table."""
+    jobs = result.get("jobs") or []
+    if not jobs:
+        return "no jobs"
+    rows = [
+        [
+            j["id"],
+            j["queue"],
+            j["type"],
+            j["status"],
+            f"{j['attempts']}/{j['max_attempts']}",
+            j["priority"],
+            local_time(j.get("ready_at")),
+            shorten(j.get("error")),
+        ]
+        for j in jobs
+    ]
+    text = table(["ID", "QUEUE", "TYPE", "STATUS", "ATTEMPTS", "PRIORITY", "READY", "ERROR"], rows)
+    if result.get("next"):
+        text += f"\n(more: --after {result['next']})"
+    return text
+
+
+def run_show(ctx: Context, args: argparse.Namespace) -> int:
+    """One job in full."""
+    with ctx.client() as client:
+        result = client.call("get", job_id=args.job_id)
+    if ctx.json:
+        emit_json(result)
+        return 0
+    print(render_job(result["job"]))
+    return 0
+
+
+def render_job(job: dict[str, Any]) -> str:
+    """A job object, one field a line, instants in the local zone."""
+    lines = []
+    for key, value in job.items():
+        if key.endswith("_at"):
+            shown = local_instant(value)
+        elif key in ("payload", "result", "dead", "budgets", "admission") and value is not None:
+            shown = compact(value)
+        else:
+            shown = "-" if value is None else str(value)
+        lines.append((key, shown))
+    width = max(len(k) for k, _ in lines)
+    indent = "\n" + " " * (width + 2)  # a multi-line error stays in its column
+    return "\n".join(f"{k.ljust(width)}  {v.replace(chr(10), indent)}" for k, v in lines)

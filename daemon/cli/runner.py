@@ -1,0 +1,172 @@
+"""The engine of ``sluice work``: one process per job, and the signals that stop it.
+
+See :mod:`daemon.cli.work` for what the command promises.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import signal
+import subprocess
+import sys
+from typing import Any
+
+import orjson
+import trio
+
+from daemon.cli.context import Context
+from daemon.cli.output import now_stamp
+from daemon.sdk.job import TrioJob
+from daemon.sdk.trio_client import collapse
+from daemon.sdk.worker import Worker
+
+STDERR_TAIL = 2048
+KILL_AFTER = 5.0
+
+
+async def work_until_stopped(ctx: Context, args: argparse.Namespace) -> int:
+    """Run a :class:`~daemon.sdk.worker.Worker` with a :class:`CommandRunner` until a signal."""
+    runner = CommandRunner(args.command_argv, json=ctx.json)
+    try:
+        async with ctx.trio_client() as client, trio.open_nursery() as nursery:
+            worker = Worker(
+                client,
+                args.queues,
+                runner,
+                concurrency=args.concurrency,
+                wait_ms=args.wait_ms,
+                lease_ms=args.lease_ms,
+                grace=args.grace,
+            )
+            nursery.start_soon(_signals, worker)
+            await worker.run()
+            nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        raise collapse(group) from None
+    return 0
+
+
+async def _signals(worker: Worker) -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for signum in signals:
+            running = worker.statistics().running
+            if worker.statistics().stopping:
+                print(
+                    f"sluice: {signal.Signals(signum).name} again: stopping now, "
+                    f"releasing {running} running job(s)",
+                    file=sys.stderr,
+                )
+                worker.stop(grace=0)
+            else:
+                print(
+                    f"sluice: {signal.Signals(signum).name}: no new claims; {running} running "
+                    f"job(s) get up to {worker.grace:g} s",
+                    file=sys.stderr,
+                )
+                worker.stop()
+
+
+class CommandRunner:
+    """The worker's handler: one process per job."""
+
+    def __init__(self, command: list[str], *, json: bool = False) -> None:
+        self.command = command
+        self.json = json
+
+    def say(self, job: TrioJob, event: str, **fields: Any) -> None:
+        """One line on stdout about a job."""
+        if self.json:
+            doc = {"at": now_stamp(), "job_id": job.id, "event": event, **fields}
+            line = orjson.dumps(doc).decode()
+        elif event == "running":
+            line = f"{now_stamp()}: Job {job.id} running in process {fields['pid']}"
+        elif event == "exited":
+            line = f"{now_stamp()}: Job {job.id} exited with status {fields['status']}"
+        else:
+            line = f"{now_stamp()}: Job {job.id} could not start: {fields['error']}"
+        print(line, flush=True)
+
+    async def __call__(self, job: TrioJob) -> None:
+        env = {
+            **os.environ,
+            "SLUICEGATE_JOB_ID": job.id,
+            "SLUICEGATE_ATTEMPT": str(job.attempt),
+            "SLUICEGATE_QUEUE": job.queue,
+            "SLUICEGATE_JOB_TYPE": job.type,
+        }
+        tail = bytearray()
+        proc: trio.Process | None = None
+        try:
+            async with trio.open_nursery() as nursery:
+                try:
+                    proc = await nursery.start(
+                        functools.partial(
+                            trio.run_process,
+                            self.command,
+                            stdin=subprocess.PIPE,
+                            stdout=sys.stderr.fileno(),
+                            stderr=subprocess.PIPE,
+                            env=env,
+                            check=False,
+                            start_new_session=True,
+                            deliver_cancel=_terminate_group,
+                        )
+                    )
+                except OSError as exc:
+                    self.say(job, "failed", error=str(exc))
+                    await job.fail(f"cannot run {self.command[0]!r}: {exc.strerror or exc}")
+                    return
+                assert proc is not None and proc.stdin is not None and proc.stderr is not None
+                self.say(job, "running", pid=proc.pid)
+                nursery.start_soon(_feed, proc.stdin, orjson.dumps(job.payload) + b"\n")
+                await _drain(proc.stderr, tail)
+                await proc.wait()
+        finally:
+            if proc is not None and proc.returncode is not None:
+                self.say(job, "exited", status=_status(proc.returncode))
+        status = _status(proc.returncode)
+        if status != 0:
+            text = bytes(tail).decode("utf-8", "replace").strip()
+            await job.fail(text or f"exited with status {status}")
+
+
+def _status(returncode: int | None) -> int:
+    """A shell's exit status: 128 + the signal for a process a signal ended."""
+    if returncode is None:
+        return -1
+    return 128 - returncode if returncode < 0 else returncode
+
+
+async def _feed(stream: trio.abc.SendStream, data: bytes) -> None:
+    """Write the payload to the command's stdin; a command may well not read it."""
+    try:
+        await stream.send_all(data)
+        await stream.aclose()
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        pass
+
+
+async def _drain(stream: trio.abc.ReceiveStream, tail: bytearray) -> None:
+    """Copy the command's stderr to ours, keeping the last ``STDERR_TAIL`` bytes."""
+    while chunk := await stream.receive_some(65536):
+        sys.stderr.buffer.write(chunk)
+        sys.stderr.buffer.flush()
+        tail += chunk
+        del tail[:-STDERR_TAIL]
+
+
+async def _terminate_group(proc: trio.Process) -> None:
+    """Cancelled: SIGTERM the command's process group, SIGKILL it if it lingers."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    with trio.move_on_after(KILL_AFTER):
+        await proc.wait()
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass

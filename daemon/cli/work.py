@@ -1,0 +1,85 @@
+"""``sluice work QUEUE... -- CMD...``: run a command for each job.
+
+The command gets the payload as JSON on stdin and ``SLUICEGATE_JOB_ID``,
+``SLUICEGATE_ATTEMPT``, ``SLUICEGATE_QUEUE`` and ``SLUICEGATE_JOB_TYPE`` in
+its environment. Exit status 0 completes the job; anything else fails it, with
+the last 2 KiB of the command's stderr as the error (the daemon schedules the
+retry). The lease is extended while it runs. Its stdout and stderr are passed
+on to the worker's stderr, so the worker's stdout carries only lines like::
+
+    2026-08-31T19:16:28+10:00: Job 03gs5tvn78uny555dm88vjsoj running in process 3098324
+    2026-08-31T19:16:30+10:00: Job 03gs5tvn78uny555dm88vjsoj exited with status 0
+
+(with ``--json``, one JSON object per line instead). A command killed by a
+signal exits with status 128 + the signal number, as in a shell.
+
+SIGTERM or SIGINT stops the worker gracefully: no new claims, running jobs get
+``--grace`` seconds, then their process groups get SIGTERM (SIGKILL 5 s
+later) and the jobs are released. A second signal skips the grace period.
+Each command runs in its own session, so a Ctrl-C in the terminal reaches the
+worker, which decides, rather than every command at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Any
+
+from daemon.cli.context import Context, UsageError
+from daemon.cli.jobs import int_range
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add ``work``."""
+    p = sub.add_parser(
+        "work",
+        parents=[common],
+        help="run a command for each job of QUEUEs",
+        usage="sluice work QUEUE... [options] -- CMD...",
+        description="Claim jobs of QUEUEs and run CMD for each: the payload on stdin, "
+        "exit 0 completes, anything else fails with the tail of stderr.",
+    )
+    p.add_argument("queues", nargs="+", metavar="QUEUE")
+    p.add_argument(
+        "--concurrency",
+        type=int_range(1, 1000),
+        default=1,
+        metavar="N",
+        help="jobs run at once (default 1)",
+    )
+    p.add_argument(
+        "--lease-ms", type=int_range(1), metavar="N", help="lease per claim (default: the job's)"
+    )
+    p.add_argument(
+        "--wait-ms",
+        type=int_range(1, 3_600_000),
+        default=10_000,
+        metavar="N",
+        help="how long one claim waits for work (default 10000)",
+    )
+    p.add_argument(
+        "--grace",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="after SIGTERM, how long running jobs may finish (default 30)",
+    )
+    p.set_defaults(run=run, takes_command=True)
+
+
+def run(ctx: Context, args: argparse.Namespace) -> int:
+    """Work until a signal; the exit status."""
+    if not args.command_argv:
+        raise UsageError("work needs a command: sluice work QUEUE... -- CMD...")
+    if args.grace < 0:
+        raise UsageError("--grace cannot be negative")
+    # The worker logs lost leases and connections; say them like the CLI's errors.
+    logging.basicConfig(level=logging.WARNING, format="sluice: %(message)s", stream=sys.stderr)
+    # Imported here: trio is the heaviest import, and only this command needs it.
+    import trio
+
+    from daemon.cli.runner import work_until_stopped
+
+    return trio.run(work_until_stopped, ctx, args)

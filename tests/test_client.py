@@ -1,0 +1,520 @@
+"""The Python SDK: retry policy, typed errors, both clients, and the worker.
+
+Retry timing runs on pytest-trio's ``autojump_clock`` against an in-memory
+fake daemon, so backoff is asserted in virtual seconds. Everything else talks
+to a real ``sluice serve`` (the ``daemon`` fixture) and waits for events,
+never for time.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import socket
+import threading
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from daemon.client import (
+    Client,
+    Conflict,
+    Forbidden,
+    FrameTooLarge,
+    InvalidArgument,
+    LeaseLost,
+    NotFound,
+    QueueFull,
+    RateLimited,
+    RetryPolicy,
+    ShuttingDown,
+    SluicegateError,
+    TooManyWaiters,
+    TrioClient,
+    TrioJob,
+    Unauthenticated,
+    Worker,
+    error_from_wire,
+    resolve_socket,
+)
+from daemon.config import ConfigError
+from daemon.sdk.protocol import Answer, ClientProtocol, Orphaned, PushEvent
+from tests.support import DaemonProcess
+
+# -- the retry policy (pure) ---------------------------------------------------
+
+
+def test_backoff_doubles_from_500ms_to_a_30s_cap_with_20_percent_jitter():
+    policy = RetryPolicy(rng=random.Random(7))
+    twin = random.Random(7)
+    expected = [min(30.0, 0.5 * 2 ** (n - 1)) * twin.uniform(0.8, 1.2) for n in range(1, 12)]
+    assert [policy.delay(n) for n in range(1, 12)] == pytest.approx(expected)
+    # Nominal 0.5, 1, 2, 4 ... 16, then the cap: every delay within ±20% of it.
+    for n, delay in enumerate(expected, start=1):
+        nominal = min(30.0, 0.5 * 2 ** (n - 1))
+        assert nominal * 0.8 <= delay <= nominal * 1.2
+    assert RetryPolicy(jitter=0).delay(100) == 30.0
+
+
+def test_retry_after_is_honoured_with_the_same_jitter():
+    policy = RetryPolicy(rng=random.Random(3))
+    twin = random.Random(3)
+    assert policy.delay(1, retry_after=5) == pytest.approx(5 * twin.uniform(0.8, 1.2))
+    assert policy.delay(9, retry_after=2) == pytest.approx(2 * twin.uniform(0.8, 1.2))
+    spread = [RetryPolicy(rng=random.Random(s)).delay(4, retry_after=10) for s in range(200)]
+    assert 8 <= min(spread) < 8.5 and 11.5 < max(spread) <= 12
+
+
+def test_only_429_is_retried_10_times_or_forever_for_a_waiting_claim():
+    policy = RetryPolicy()
+    full = error_from_wire({"code": "queue_full", "message": "m", "status": 429})
+    quota = error_from_wire({"code": "quota_exceeded", "message": "m", "status": 403})
+    assert policy.should_retry(full, 9) and not policy.should_retry(full, 10)
+    assert policy.should_retry(full, 10_000, waiting=True)
+    assert not policy.should_retry(quota, 1)
+    assert not policy.should_retry(ValueError("x"), 1)
+    # One setting changes both.
+    three = RetryPolicy(max_attempts=3)
+    assert three.limit(waiting=False) == three.limit(waiting=True) == 3
+    assert not three.should_retry(full, 3, waiting=True)
+    with pytest.raises(ValueError):
+        RetryPolicy(max_attempts=0)
+
+
+def test_errors_are_typed_by_code_and_by_status_for_unknown_codes():
+    err = error_from_wire(
+        {
+            "code": "rate_limited",
+            "message": "request rate limit exceeded",
+            "status": 429,
+            "retry_after": 3,
+            "limit": "request_rate",
+        }
+    )
+    assert isinstance(err, RateLimited) and err.retryable
+    assert (err.code, err.retry_after, err.limit) == ("rate_limited", 3, "request_rate")
+    assert isinstance(error_from_wire({"code": "queue_full", "status": 429}), RateLimited)
+    assert isinstance(error_from_wire({"code": "too_many_waiters", "status": 429}), RateLimited)
+    assert type(error_from_wire({"code": "lease_lost", "status": 409})) is LeaseLost
+    assert type(error_from_wire({"code": "shutting_down", "status": 503})) is ShuttingDown
+    future = error_from_wire({"code": "brand_new", "message": "m", "status": 429})
+    assert isinstance(future, RateLimited) and future.code == "brand_new"
+    odd = error_from_wire({"code": "x", "status": 418})
+    assert type(odd) is SluicegateError and not odd.retryable
+    invalid = error_from_wire({"code": "invalid_argument", "status": 422, "field": "priority"})
+    assert isinstance(invalid, InvalidArgument) and invalid.field == "priority"
+
+
+# -- the sans-IO core ------------------------------------------------------------
+
+
+def _frame(**fields: Any) -> bytes:
+    return json.dumps(fields).encode() + b"\n"
+
+
+def test_protocol_routes_answers_by_id_and_releases_what_an_abandoned_claim_took():
+    proto = ClientProtocol()
+    claim_id, line = proto.request("claim_next", {"queues": ["q"], "wait_ms": 1000})
+    assert json.loads(line) == {
+        "id": claim_id,
+        "op": "claim_next",
+        "queues": ["q"],
+        "wait_ms": 1000,
+    }
+    status_id, _ = proto.request("status", {})
+    # Out of order, split across reads, with an event in between.
+    data = _frame(id=status_id, ok=True, queues=[]) + _frame(event="doorbell", queue="q", pending=1)
+    items = proto.feed(data[:10]) + proto.feed(data[10:])
+    assert isinstance(items[0], Answer) and items[0].req_id == status_id
+    assert items[0].result() == {"queues": []}
+    assert isinstance(items[1], PushEvent) and items[1].frame["queue"] == "q"
+    proto.abandon(claim_id)
+    job = {"id": "j1", "lease": "abc"}
+    (orphaned,) = proto.feed(_frame(id=claim_id, ok=True, jobs=[{"job": job}], empty=False))
+    assert orphaned == Orphaned([job])
+    releases = [json.loads(x) for x in proto.release_orphans(orphaned.jobs).splitlines()]
+    assert [(r["op"], r["job_id"], r["lease"]) for r in releases] == [("release", "j1", "abc")]
+    # The release answers are dropped: nobody waits for them.
+    assert proto.feed(_frame(id=releases[0]["id"], ok=True, job=job)) == []
+    assert proto.outstanding == 0
+
+
+def test_socket_resolution_order(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SLUICEGATE_SOCKET", raising=False)
+    monkeypatch.delenv("SLUICEGATE_CONFIG", raising=False)
+    assert str(resolve_socket()) == "sluicegate-data/sluicegate.sock"
+    (tmp_path / "sluicegate.toml").write_text('[daemon]\nstate_dir = "/srv/sg"\n')
+    assert str(resolve_socket()) == "/srv/sg/sluicegate.sock"
+    other = tmp_path / "other.toml"
+    other.write_text('[daemon]\nsocket = "/run/sg.sock"\n[quotas.x]\nnonsense = 1\n')
+    monkeypatch.setenv("SLUICEGATE_CONFIG", str(other))
+    assert str(resolve_socket()) == "/run/sg.sock"
+    assert str(resolve_socket(config=tmp_path / "sluicegate.toml")) == "/srv/sg/sluicegate.sock"
+    monkeypatch.setenv("SLUICEGATE_SOCKET", "/env.sock")
+    assert str(resolve_socket(config=other)) == "/env.sock"
+    assert str(resolve_socket("/explicit.sock")) == "/explicit.sock"
+    monkeypatch.delenv("SLUICEGATE_SOCKET")
+    (tmp_path / "broken.toml").write_text("[daemon\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        resolve_socket(config=tmp_path / "broken.toml")
+
+
+# -- retries, on a virtual clock -----------------------------------------------
+
+
+async def _fake_daemon(
+    stream: trio.abc.Stream, answers: list[dict[str, Any]], seen: list[tuple[float, dict]]
+) -> None:
+    """Answer each request with the next of ``answers``, noting when it came."""
+    buf = b""
+    for answer in answers:
+        while b"\n" not in buf:
+            buf += await stream.receive_some(65536)
+        line, buf = buf.split(b"\n", 1)
+        request = json.loads(line)
+        seen.append((trio.current_time(), request))
+        await stream.send_all(_frame(id=request["id"], **answer))
+
+
+def _refusal(code: str, **details: Any) -> dict[str, Any]:
+    return {"ok": False, "error": {"code": code, "message": code, "status": 429, **details}}
+
+
+async def test_trio_client_retries_a_429_after_retry_after_with_jitter(autojump_clock):
+    client_stream, server_stream = trio.testing.memory_stream_pair()
+    answers = [_refusal("rate_limited", retry_after=3)] * 2 + [
+        {"ok": True, "job": {"id": "j"}, "duplicate": False, "folded": False, "shed": False}
+    ]
+    seen: list[tuple[float, dict]] = []
+    twin = random.Random(11)
+    with trio.fail_after(120):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_fake_daemon, server_stream, answers, seen)
+            retry = RetryPolicy(rng=random.Random(11))
+            async with TrioClient.over(client_stream, retry=retry) as client:
+                result = await client.enqueue("q", "t", {"n": 1})
+    assert result["job"] == {"id": "j"}
+    assert [r["op"] for _, r in seen] == ["enqueue"] * 3
+    gaps = [seen[1][0] - seen[0][0], seen[2][0] - seen[1][0]]
+    assert gaps == pytest.approx([3 * twin.uniform(0.8, 1.2), 3 * twin.uniform(0.8, 1.2)])
+
+
+async def test_trio_client_gives_up_after_max_attempts_with_exponential_backoff(autojump_clock):
+    client_stream, server_stream = trio.testing.memory_stream_pair()
+    seen: list[tuple[float, dict]] = []
+    twin = random.Random(5)
+    with trio.fail_after(120):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_fake_daemon, server_stream, [_refusal("queue_full")] * 3, seen)
+            retry = RetryPolicy(max_attempts=3, rng=random.Random(5))
+            async with TrioClient.over(client_stream, retry=retry) as client:
+                with pytest.raises(QueueFull) as caught:
+                    await client.enqueue("q", "t")
+    assert caught.value.status == 429 and len(seen) == 3
+    assert seen[2][0] - seen[0][0] == pytest.approx(
+        0.5 * twin.uniform(0.8, 1.2) + 1.0 * twin.uniform(0.8, 1.2)
+    )
+
+
+async def test_a_waiting_claim_rides_out_any_number_of_429s(autojump_clock):
+    client_stream, server_stream = trio.testing.memory_stream_pair()
+    answers = [_refusal("too_many_waiters", retry_after=5)] * 14 + [
+        {"ok": True, "jobs": [], "empty": True}
+    ]
+    seen: list[tuple[float, dict]] = []
+    with trio.fail_after(600):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_fake_daemon, server_stream, answers, seen)
+            async with TrioClient.over(client_stream) as client:
+                assert await client.claim_next(["q"], wait_ms=1000) == []
+                # A claim that does not wait is a plain call: 10 attempts.
+                nursery.start_soon(
+                    _fake_daemon, server_stream, [_refusal("too_many_waiters")] * 10, seen
+                )
+                with pytest.raises(TooManyWaiters):
+                    await client.claim_next(["q"])
+    assert len(seen) == 25
+    assert 14 * 5 * 0.8 <= seen[14][0] - seen[0][0] <= 14 * 5 * 1.2
+
+
+def test_sync_client_retries_through_its_sleep_function():
+    ours, theirs = socket.socketpair()
+    answers = [
+        _refusal("rate_limited", retry_after=2),
+        _refusal("rate_limited"),
+        {"ok": True, "jobs": [], "next": None},
+    ]
+    requests: list[dict[str, Any]] = []
+
+    def fake_daemon() -> None:
+        with theirs, theirs.makefile("rb") as lines:
+            for answer in answers:
+                requests.append(json.loads(lines.readline()))
+                theirs.sendall(_frame(id=requests[-1]["id"], **answer))
+
+    thread = threading.Thread(target=fake_daemon)
+    thread.start()
+    slept: list[float] = []
+    twin = random.Random(9)
+    with Client(sock=ours, retry=RetryPolicy(rng=random.Random(9)), sleep=slept.append) as client:
+        assert client.list() == {"jobs": [], "next": None}
+    thread.join()
+    assert [r["id"] for r in requests] == [1, 2, 3]
+    assert slept == pytest.approx([2 * twin.uniform(0.8, 1.2), 1.0 * twin.uniform(0.8, 1.2)])
+
+
+# -- against a real daemon -----------------------------------------------------
+
+
+def test_sync_client_job_life_and_typed_errors(daemon):
+    with Client(daemon.socket) as client:
+        assert client.hello(client="test")["namespace"] == "default"
+        job = client.enqueue("q", "t", {"n": 1}, priority=5)["job"]
+        (claimed,) = client.claim_next(["q"])
+        assert (claimed.id, claimed.payload, claimed.attempt) == (job["id"], {"n": 1}, 1)
+        assert claimed.heartbeat() >= claimed.job["lease_expires_at"]
+        with pytest.raises(Conflict) as conflict:
+            client.claim(job["id"])
+        assert conflict.value.details["job_status"] == "running"
+        done = claimed.complete({"ok": True})
+        assert done["status"] == "completed" and claimed.finished
+        with pytest.raises(LeaseLost):
+            claimed.complete()
+        assert client.get(job["id"])["result"] == {"ok": True}
+        with pytest.raises(NotFound):
+            client.get("no-such-job")
+        with pytest.raises(InvalidArgument) as invalid:
+            client.enqueue("q", "t", priority=70000)
+        assert invalid.value.field == "priority"
+        # fail and release through handles; the empty claim says so.
+        client.enqueue_many([{"queue": "r", "type": "t"}, {"queue": "r", "type": "t"}])
+        first, second = client.claim_next(["r"], max=2)
+        assert first.fail("boom", dead=True)["status"] == "dead"
+        assert second.release()["attempts"] == 0
+        assert client.claim_next(["nothing"]) == []
+        assert [j["id"] for j in client.dead_list()["jobs"]] == [first.id]
+        replay = client.dead_replay([first.id])
+        assert replay["results"][0]["job"]["status"] == "pending"
+
+
+def test_sync_client_pipelines_and_reads_answers_out_of_order(daemon):
+    with Client(daemon.socket) as client:
+        waiting = client.submit("claim_next", queues=["later"], wait_ms=10_000)
+        status = client.submit("status")
+        assert client.result(status)["namespace"] == "default"
+        enqueued = client.enqueue("later", "t")["job"]
+        assert client.result(waiting)["jobs"][0]["job"]["id"] == enqueued["id"]
+        assert client.outstanding == 0
+
+
+async def test_trio_client_answers_out_of_order_while_a_claim_waits(daemon):
+    order: list[str] = []
+    with trio.fail_after(20):
+        async with TrioClient.connect(daemon.socket) as client:
+            claimed: list[TrioJob] = []
+
+            async def wait_for_work() -> None:
+                claimed.extend(await client.claim_next(["slow"], wait_ms=15_000))
+                order.append("claim")
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(wait_for_work)
+                await trio.testing.wait_all_tasks_blocked()  # the claim is sent
+                await client.enqueue("other", "t")
+                order.append("enqueue other")
+                assert (await client.status())["namespace"] == "default"
+                order.append("status")
+                await client.enqueue("slow", "t", {"x": 1})
+            assert order == ["enqueue other", "status", "claim"]
+            assert claimed[0].payload == {"x": 1}
+            await claimed[0].complete()
+
+
+async def test_trio_client_delivers_doorbells(daemon):
+    send, receive = trio.open_memory_channel[dict](10)
+    with trio.fail_after(20):
+        async with TrioClient.connect(daemon.socket, on_event=send.send_nowait) as client:
+            await client.subscribe(["bells"])
+            await client.enqueue("bells", "t")
+            event = await receive.receive()
+    assert event == {"event": "doorbell", "queue": "bells", "pending": 1}
+    send.close()
+    receive.close()
+
+
+async def test_a_cancelled_claim_gives_back_what_it_took(daemon):
+    with trio.fail_after(20):
+        async with TrioClient.connect(daemon.socket) as client:
+            with trio.move_on_after(0.2):
+                await client.claim_next(["orphans"], wait_ms=15_000)
+            assert client.outstanding == 1  # the daemon still holds the claim
+            job = (await client.enqueue("orphans", "t"))["job"]
+            # The claim's answer comes, then the answer to the release it caused.
+            await _wait_until(lambda: client.outstanding == 0)
+            again = await client.get(job["id"])
+    assert again["status"] == "pending" and again["attempts"] == 0
+    assert again["updated_at"] >= job["created_at"] and again["lease"] is None
+
+
+async def test_errors_leave_the_trio_client_unwrapped(daemon):
+    with trio.fail_after(20), pytest.raises(NotFound):
+        async with TrioClient.connect(daemon.socket) as client:
+            await client.get("missing")
+
+
+async def test_a_frame_too_large_is_reported_as_such_not_as_a_broken_pipe(daemon):
+    huge = "x" * 2_000_000
+    with Client(daemon.socket) as client, pytest.raises(FrameTooLarge):
+        client.enqueue("q", "t", huge)
+    with trio.fail_after(20), pytest.raises(FrameTooLarge):
+        async with TrioClient.connect(daemon.socket) as trio_client:
+            await trio_client.enqueue("q", "t", huge)
+
+
+TOKENS = """
+[[tokens]]
+name = "reports"
+token = "s3cret"
+grants = ["produce", "consume"]
+queues = ["reports.*"]
+"""
+
+
+async def test_a_token_says_hello_on_connect(tmp_path, monkeypatch):
+    proc = DaemonProcess(tmp_path, extra_config=TOKENS, http=False)
+    proc.start()
+    try:
+        with Client(proc.socket) as anonymous, pytest.raises(Unauthenticated):
+            anonymous.status()
+        with pytest.raises(Unauthenticated):
+            Client(proc.socket, token="wrong")
+        with Client(proc.socket, token="s3cret") as client:
+            assert client.enqueue("reports.daily", "t")["job"]["namespace"] == "default"
+            with pytest.raises(Forbidden):
+                client.enqueue("payroll", "t")
+        monkeypatch.setenv("SLUICEGATE_TOKEN", "s3cret")
+        with trio.fail_after(20):
+            async with TrioClient.connect(proc.socket) as trio_client:
+                (job,) = await trio_client.claim_next(["reports.daily"])
+                await job.complete()
+    finally:
+        proc.stop()
+
+
+# -- the worker ----------------------------------------------------------------
+
+
+async def _wait_until(predicate: Any) -> None:
+    """Poll state another process moves (the daemon's answers); no event to wait on."""
+    while not predicate():  # noqa: ASYNC110
+        await trio.sleep(0.01)
+
+
+async def test_worker_completes_with_the_result_and_fails_with_the_exception(daemon):
+    async def handler(job: TrioJob) -> Any:
+        if job.payload["n"] == 2:
+            raise ValueError("bad input")
+        return {"double": job.payload["n"] * 2}
+
+    with trio.fail_after(30):
+        async with TrioClient.connect(daemon.socket) as client:
+            results = await client.enqueue_many(
+                [{"queue": "w", "type": "t", "payload": {"n": n}} for n in range(4)]
+            )
+            ids = [r["job"]["id"] for r in results]
+            worker = Worker(client, ["w"], handler, concurrency=2, wait_ms=1000)
+            async with trio.open_nursery() as nursery:
+                await nursery.start(worker.run)
+                await _wait_until(lambda: worker.statistics().completed == 3)
+                await _wait_until(lambda: worker.statistics().failed == 1)
+                worker.stop()
+            jobs = [await client.get(i) for i in ids]
+    assert [j["status"] for j in jobs] == ["completed", "completed", "scheduled", "completed"]
+    assert jobs[3]["result"] == {"double": 6}
+    assert jobs[2]["error"] == "ValueError: bad input"
+    assert worker.statistics().running == 0
+
+
+async def test_worker_runs_plain_functions_in_threads(daemon):
+    def handler(job: TrioJob) -> str:
+        return f"seen {job.payload}"
+
+    with trio.fail_after(30):
+        async with TrioClient.connect(daemon.socket) as client:
+            job = (await client.enqueue("threads", "t", "hello"))["job"]
+            worker = Worker(client, ["threads"], handler)
+            assert worker.threaded
+            async with trio.open_nursery() as nursery:
+                await nursery.start(worker.run)
+                await _wait_until(lambda: worker.statistics().completed == 1)
+                worker.stop()
+            assert (await client.get(job["id"]))["result"] == "seen hello"
+
+
+async def test_worker_stop_lets_jobs_finish_within_grace_and_releases_the_rest(daemon):
+    finish_quick = trio.Event()
+
+    async def handler(job: TrioJob) -> None:
+        if job.payload == "quick":
+            await finish_quick.wait()
+        else:
+            await trio.sleep_forever()
+
+    with trio.fail_after(30):
+        async with TrioClient.connect(daemon.socket) as client:
+            quick = (await client.enqueue("g", "t", "quick"))["job"]
+            stuck = (await client.enqueue("g", "t", "stuck"))["job"]
+            worker = Worker(client, ["g"], handler, concurrency=2, grace=0.5)
+            async with trio.open_nursery() as nursery:
+                await nursery.start(worker.run)
+                await _wait_until(lambda: worker.statistics().running == 2)
+                worker.stop()
+                finish_quick.set()
+            stats = worker.statistics()
+            assert (stats.completed, stats.released, stats.running) == (1, 1, 0)
+            assert (await client.get(quick["id"]))["status"] == "completed"
+            released = await client.get(stuck["id"])
+    assert released["status"] == "pending" and released["attempts"] == 0
+
+
+async def test_cancelling_the_worker_is_a_graceful_stop(daemon):
+    started, finish = trio.Event(), trio.Event()
+
+    async def handler(job: TrioJob) -> str:
+        started.set()
+        await finish.wait()
+        return "done"
+
+    with trio.fail_after(30):
+        async with TrioClient.connect(daemon.socket) as client:
+            job = (await client.enqueue("c", "t"))["job"]
+            worker = Worker(client, ["c"], handler, grace=20)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(worker.run)
+                await started.wait()
+                nursery.cancel_scope.cancel()
+                # The claim loop is cancelled; the running job is still allowed to finish.
+                finish.set()
+            assert (await client.get(job["id"]))["result"] == "done"
+
+
+async def test_worker_heartbeats_keep_the_lease(daemon):
+    with trio.fail_after(30):
+        async with TrioClient.connect(daemon.socket) as client:
+
+            async def handler(job: TrioJob) -> None:
+                first = job.job["lease_expires_at"]
+                # Returns once a heartbeat (every lease_ms / 3) has moved the expiry.
+                while (await client.get(job.id))["lease_expires_at"] == first:  # noqa: ASYNC110
+                    await trio.sleep(0.05)
+
+            job = (await client.enqueue("hb", "t"))["job"]
+            worker = Worker(client, ["hb"], handler, lease_ms=600)
+            async with trio.open_nursery() as nursery:
+                await nursery.start(worker.run)
+                await _wait_until(lambda: worker.statistics().completed == 1)
+                worker.stop()
+            assert (await client.get(job["id"]))["status"] == "completed"
