@@ -61,9 +61,7 @@ class DaemonConfig:
     #: Distinct ``queue`` label values on metrics before ``__other__``.
     metrics_max_queues: int = attrs.field(default=100, validator=at_least(1))
     #: Bytes of unsent answers a client may leave unread before it is cut off.
-    max_send_buffer_bytes: int = attrs.field(
-        default=8 * 1_048_576, validator=at_least(65536)
-    )
+    max_send_buffer_bytes: int = attrs.field(default=8 * 1_048_576, validator=at_least(65536))
     #: Bound on finishing requests in flight after SIGTERM.
     shutdown_grace: Duration = 10_000
     #: Sample the event loop's lag every N ms (0: off). For benchmarks.

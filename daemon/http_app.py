@@ -17,6 +17,7 @@ from urllib.parse import parse_qs
 
 import msgpack
 import orjson
+import trio
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from actors.errors import Refused, internal_error, invalid
@@ -31,6 +32,8 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 MAX_BODY = 1_048_576
+#: An oversized body up to this size is read and dropped before the 413 goes out.
+MAX_DISCARD = 16 * MAX_BODY
 JSON = "application/json"
 MSGPACK = "application/msgpack"
 
@@ -77,9 +80,10 @@ class HttpApp:
             reply = refusal_reply(refused)
         except Exception as exc:
             reply = refusal_reply(internal_error(exc))
-        await _send_reply(send, reply, accept_msgpack)
+        if reply is not None:  # None: the client left before the answer
+            await _send_reply(send, reply, accept_msgpack)
 
-    async def _route(self, scope: Scope, receive: Receive, headers: dict[str, str]) -> Reply:
+    async def _route(self, scope: Scope, receive: Receive, headers: dict[str, str]) -> Reply | None:
         method, path = scope["method"], scope["path"]
         if path == "/healthz" and method == "GET":
             return self._healthz()
@@ -91,7 +95,9 @@ class HttpApp:
         query = {k: v[-1] for k, v in parse_qs(scope.get("query_string", b"").decode()).items()}
         if path.startswith("/v1/ops/") and method == "POST":
             body = await _read_body(receive, headers)
-            return Reply(200, await self._call(session, path[len("/v1/ops/") :], body))
+            op = path[len("/v1/ops/") :]
+            result = await _unless_gone(receive, lambda: self._call(session, op, body))
+            return None if result is None else Reply(200, result)
         if path == "/jobs":
             if method == "POST":
                 return await self._post_jobs(session, await _read_body(receive, headers))
@@ -154,6 +160,44 @@ class HttpApp:
                      content_type=CONTENT_TYPE_LATEST)  # fmt: skip
 
 
+async def _unless_gone(
+    receive: Receive, call: Callable[[], Awaitable[dict[str, Any]]]
+) -> dict[str, Any] | None:
+    """``await call()``, cancelled if the client disconnects first (then None).
+
+    A long poll (``claim_next`` with ``wait_ms``) of a client that left must stop
+    waiting: else it takes the next job for nobody, to sit running until its
+    lease lapses. Only once the request body has been read.
+    """
+    gone = False
+    result: dict[str, Any] | None = None
+    refused: Refused | None = None
+
+    async def watch(scope: trio.CancelScope) -> None:
+        nonlocal gone
+        try:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+        except Exception:  # the server stopped delivering events: stop watching
+            return
+        gone = True
+        scope.cancel()
+
+    with trio.CancelScope() as scope:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch, scope)
+            try:
+                result = await call()
+            except Refused as exc:  # keep it out of the nursery's exception group
+                refused = exc
+            nursery.cancel_scope.cancel()
+    if gone:
+        return None
+    if refused is not None:
+        raise refused
+    return result
+
+
 def _int_param(name: str, value: str) -> int:
     try:
         return int(value)
@@ -161,11 +205,32 @@ def _int_param(name: str, value: str) -> int:
         raise invalid(name, f"{name} must be an integer") from None
 
 
+def _too_large() -> Refused:
+    return Refused("payload_too_large", f"body exceeds {MAX_BODY} bytes", limit="body",
+                   max=MAX_BODY)  # fmt: skip
+
+
+async def _discard_body(receive: Receive, size: int, more: bool) -> None:
+    """Read and drop the rest of an oversized body, up to :data:`MAX_DISCARD`.
+
+    Answering while the client is still sending makes the server close a socket
+    with unread bytes, and TCP then resets the connection: the client loses the
+    413 and sees a broken connection instead (which a client may retry).
+    """
+    while more and size <= MAX_DISCARD:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+        size += len(message.get("body", b""))
+        more = bool(message.get("more_body"))
+
+
 async def _read_body(receive: Receive, headers: dict[str, str]) -> Any:
     length = headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > MAX_BODY:
-        raise Refused("payload_too_large", f"body exceeds {MAX_BODY} bytes", limit="body",
-                      max=MAX_BODY)  # fmt: skip
+        if int(length) <= MAX_DISCARD:
+            await _discard_body(receive, 0, True)
+        raise _too_large()
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -175,8 +240,8 @@ async def _read_body(receive: Receive, headers: dict[str, str]) -> Any:
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > MAX_BODY:
-            raise Refused("payload_too_large", f"body exceeds {MAX_BODY} bytes", limit="body",
-                          max=MAX_BODY)  # fmt: skip
+            await _discard_body(receive, size, bool(message.get("more_body")))
+            raise _too_large()
         chunks.append(chunk)
         if not message.get("more_body"):
             break

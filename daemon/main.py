@@ -107,9 +107,11 @@ class Daemon:
             async for signum in signals:
                 if signum == signal.SIGHUP:
                     self.reload()
+                elif self._stop.is_set():
+                    # Keep the handler: a second SIGTERM must not abort the drain.
+                    log.info("already stopping")
                 else:
                     self.stop()
-                    return
 
     def reload(self) -> None:
         """SIGHUP: re-read the config file; a broken file keeps the last good one."""

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("sluicegate.socket")
 MAX_IN_FLIGHT = 4096  # requests of one connection before its reads pause
 RECEIVE_BYTES = 65536
+CLOSE_GRACE_S = 5.0  # how long a connection closing on a fatal frame finishes its requests
 
 
 class Connection:
@@ -215,8 +216,10 @@ class Connection:
     async def _flush_and_close(self) -> None:
         """The client is done sending: finish its requests, then flush."""
         if self.closing:
-            # A fatal frame: answer it, then close without waiting for the rest.
-            with trio.move_on_after(1):
+            # A fatal frame: requests before it are answered (within a bound),
+            # then the refusal, then the connection closes.
+            with trio.move_on_after(CLOSE_GRACE_S):
+                await self.idle.wait()
                 await self.drained.wait()
             return
         # Nobody is left to hand a waiting claim's jobs to: end those waits now

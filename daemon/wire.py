@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import attrs
+import orjson
 
 from actors.errors import Refused, invalid
 from daemon.strict import strict_converter
@@ -78,3 +79,30 @@ def text(max_len: int) -> Callable[[Any, attrs.Attribute, Any], None]:
             raise invalid(attr.name, f"{attr.name} must be 1-{max_len} characters")
 
     return check
+
+
+#: Levels of nesting orjson encodes at most.
+_ENCODE_DEPTH = 254
+#: Levels an answer wraps a stored value in (``{"jobs": [{"job": {"payload": ...}}]}``
+#: is 4), with room to spare.
+_ENVELOPE = 6
+
+
+def json_value(_inst: Any, attr: attrs.Attribute, value: Any) -> None:
+    """A free-form value (payload, result) that every answer can carry back.
+
+    Parsing accepts deeper nesting than encoding does, and msgpack bodies can
+    hold bytes or extension types: refused here, never stored to fail later.
+    """
+    wrapped = value
+    for _ in range(_ENVELOPE):
+        wrapped = [wrapped]
+    try:
+        orjson.dumps(wrapped)
+    except TypeError as exc:  # orjson.JSONEncodeError is a TypeError
+        if "recursion" in str(exc).lower():
+            levels = _ENCODE_DEPTH - _ENVELOPE
+            message = f"{attr.name} is nested too deeply: at most {levels} levels"
+        else:
+            message = f"{attr.name} holds a value JSON cannot carry: {exc}"
+        raise invalid(attr.name, message) from None

@@ -30,7 +30,11 @@ class RawClient:
     def __init__(self, path: str | Path, timeout: float = 10) -> None:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.settimeout(timeout)
-        self.sock.connect(str(path))
+        try:
+            self.sock.connect(str(path))
+        except OSError:
+            self.sock.close()  # e.g. a stale socket file after kill -9: no ResourceWarning
+            raise
         self.file = self.sock.makefile("rwb")
         self._ids = itertools.count(1)
         self.events: list[dict[str, Any]] = []
@@ -74,9 +78,44 @@ class RawClient:
         assert not frame["ok"], frame
         return frame["error"]
 
+    # -- added for the end-to-end suite (tests/e2e) --
+
+    def __enter__(self) -> RawClient:
+        return self
+
+    def __exit__(self, *_exc: Any) -> None:
+        self.close()
+
+    def send_frame(self, frame: Any) -> None:
+        """Send one JSON value as a line, whatever its shape (for bad-input tests)."""
+        self.send_raw(json.dumps(frame).encode() + b"\n")
+
+    def read_until_closed(self, timeout: float = 10) -> list[dict[str, Any]]:
+        """Read frames until the daemon closes the connection; return them.
+
+        When the daemon closes with bytes of ours unread, Linux reports
+        ECONNRESET instead of EOF; both mean "closed". Fails if the connection
+        is still open after ``timeout``.
+        """
+        frames: list[dict[str, Any]] = []
+        self.sock.settimeout(timeout)
+        try:
+            while True:
+                line = self.file.readline()
+                if not line:
+                    return frames
+                if line.endswith(b"\n"):
+                    frames.append(json.loads(line))
+        except (ConnectionResetError, BrokenPipeError):
+            return frames
+        except TimeoutError:
+            raise AssertionError(f"the daemon kept the connection open; read {frames}") from None
+
     def close(self) -> None:
         try:
             self.file.close()
+        except OSError:  # bytes left unsent on a connection the daemon closed
+            pass
         finally:
             self.sock.close()
 
@@ -158,3 +197,64 @@ class DaemonProcess:
 
     def log_text(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    # -- added for the end-to-end suite (tests/e2e) --
+
+    def metrics(self, token: str | None = None) -> dict:
+        """Scrape ``/metrics`` and parse it (see :func:`parse_metrics`)."""
+        with self.http(token) as http:
+            response = http.get("/metrics")
+        assert response.status_code == 200, response.text
+        return parse_metrics(response.text)
+
+    def waiting_claims(self) -> float:
+        """Claims waiting for work, from the ``sluicegate_waiting_claims`` gauge."""
+        return metric(self.metrics(), "sluicegate_waiting_claims") or 0
+
+    def cleanup(self) -> None:
+        """Stop the daemon if it runs (SIGTERM, then SIGKILL) and close its log file."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        logf = getattr(self, "_logf", None)
+        if logf is not None and not logf.closed:
+            logf.close()
+
+
+def wait_until(predicate: Any, timeout: float = 10, interval: float = 0.01, what: str = "") -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout``.
+
+    For conditions the daemon makes true shortly (a waiter registered, a buffer
+    filled), never to assert how long something took.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+        time.sleep(interval)
+
+
+MetricKey = tuple[str, frozenset[tuple[str, str]]]
+
+
+def parse_metrics(text: str) -> dict[MetricKey, float]:
+    """Prometheus text to ``{(sample name, frozenset(label items)): value}``."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    samples: dict[MetricKey, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples[(sample.name, frozenset(sample.labels.items()))] = sample.value
+    return samples
+
+
+def metric(samples: dict[MetricKey, float], name: str, **labels: str) -> float | None:
+    """One sample's value from :func:`parse_metrics` output, or None when absent."""
+    return samples.get((name, frozenset(labels.items())))

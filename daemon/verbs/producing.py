@@ -17,7 +17,7 @@ from actors.errors import Refused, invalid
 from daemon.store import jobs as sql
 from daemon.store.database import Tx
 from daemon.verbs.table import Call, verb
-from daemon.wire import between, name, text
+from daemon.wire import between, json_value, name, text
 
 if TYPE_CHECKING:
     from daemon.core import Core
@@ -33,7 +33,7 @@ class EnqueueArgs:
 
     queue: str = attrs.field(validator=name)
     type: str = attrs.field(validator=name)
-    payload: Any = attrs.field(factory=dict)
+    payload: Any = attrs.field(factory=dict, validator=json_value)
     priority: int = attrs.field(default=DEFAULT_PRIORITY, validator=between(0, 65535))
     delay_ms: int | None = attrs.field(default=None, validator=between(0))
     ready_at: int | None = attrs.field(default=None, validator=between(0))
@@ -84,7 +84,8 @@ def _enqueue_one(
                 folded = sql.fold(tx.conn, live, payload, now + a.debounce_ms, now)
                 core.moved(tx, live, folded)
                 return _result(folded, a.payload, duplicate=False, folded=True)
-            return _result(live, None, duplicate=True, folded=False)
+            # The stored payload, not this call's: a duplicate writes nothing.
+            return {"job": sql.to_wire(live), "duplicate": True, "folded": False, "shed": False}
     if a.debounce_ms is not None:
         ready_at = now + a.debounce_ms
     elif a.delay_ms is not None:

@@ -76,10 +76,12 @@ def page(core: Core, call: Call, queue: str | None, status: str | None, limit: i
     rows = sql.list_jobs(
         core.conn, call.namespace, queue=queue, state=status, after=after, limit=limit + 1
     )
-    more = len(rows) > limit
-    rows = [r for r in rows[:limit] if call.session.in_scope(r[sql.QUEUE])]
-    nxt = rows[-1][sql.ID] if more and rows else None
-    return {"jobs": [sql.to_wire(r) for r in rows], "next": nxt}
+    scanned = rows[:limit]
+    # The cursor is the last row scanned, not the last one shown: a page whose
+    # rows are all outside the token's scope must not end the listing.
+    nxt = scanned[-1][sql.ID] if len(rows) > limit else None
+    shown = [r for r in scanned if call.session.in_scope(r[sql.QUEUE])]
+    return {"jobs": [sql.to_wire(r) for r in shown], "next": nxt}
 
 
 @verb("list", ANY, ListArgs)

@@ -19,7 +19,7 @@ from actors.router import Waiter
 from daemon.store import jobs as sql
 from daemon.store.database import Tx
 from daemon.verbs.table import Call, verb
-from daemon.wire import between, name, text
+from daemon.wire import between, json_value, name, text
 
 if TYPE_CHECKING:
     from daemon.core import Core
@@ -59,7 +59,7 @@ class HeartbeatArgs:
 class CompleteArgs:
     job_id: str = attrs.field(validator=text(64))
     lease: str = attrs.field(validator=text(64))
-    result: Any = None
+    result: Any = attrs.field(default=None, validator=json_value)
 
 
 @attrs.frozen
