@@ -5,8 +5,10 @@
 3. arguments structured strictly (``invalid_argument`` naming the field);
 4. the verb itself checks queue scope and ownership of what it names.
 
-Both transports call :func:`dispatch`; an unexpected exception becomes an
-``internal`` refusal with a logged reference, never a dead connection.
+:func:`prepare` does the checks and plans the call; :func:`dispatch` runs the
+plan to its answer (HTTP); the socket runs plans itself, submitting their writes
+with a callback. An unexpected exception becomes an ``internal`` refusal with a
+logged reference, never a dead connection.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from actors.errors import Refused, internal_error, invalid
 from daemon.session import Session
 from daemon.verbs import VERBS, Call
+from daemon.verbs.table import Later, Plan
 from daemon.wire import NAME_RE, structure
 
 if TYPE_CHECKING:
@@ -23,7 +26,7 @@ if TYPE_CHECKING:
     from daemon.core import Core
 
 
-async def dispatch(
+def prepare(
     core: Core,
     session: Session,
     op: Any,
@@ -31,8 +34,11 @@ async def dispatch(
     *,
     events: EventSink | None = None,
     owner: object = None,
-) -> dict[str, Any]:
-    """Run verb ``op`` with ``args`` (without ``id``/``op``) for ``session``."""
+) -> Plan:
+    """Check a call and plan verb ``op`` with ``args`` (without ``id``/``op``).
+
+    Synchronous: every refusal that needs no write is raised here.
+    """
     verb = VERBS.get(op) if isinstance(op, str) else None
     if verb is None:
         if op is None:
@@ -53,8 +59,41 @@ async def dispatch(
         raise Refused("forbidden", f"this token is not granted {verb.name!r}")
     parsed = structure(args, verb.args)
     try:
-        return await verb.handler(core, Call(session, namespace, events, owner), parsed)
+        return verb.plan(core, Call(session, namespace, events, owner), parsed)
     except Refused:
         raise
     except Exception as exc:
         raise internal_error(exc) from exc
+
+
+def answer(plan: Plan, result: Any) -> dict[str, Any] | Later:
+    """The plan's answer to its write's ``result``; a bug becomes ``internal``."""
+    try:
+        return plan.answer(result)
+    except Refused:
+        raise
+    except Exception as exc:
+        raise internal_error(exc) from exc
+
+
+async def dispatch(
+    core: Core,
+    session: Session,
+    op: Any,
+    args: dict[str, Any],
+    *,
+    events: EventSink | None = None,
+    owner: object = None,
+) -> dict[str, Any]:
+    """Run verb ``op`` for ``session`` to its answer (the HTTP transport, tests)."""
+    plan = prepare(core, session, op, args, events=events, owner=owner)
+    result = await core.writer.write(plan.write) if plan.write is not None else None
+    reply = answer(plan, result)
+    if isinstance(reply, Later):
+        try:
+            return await reply.run()
+        except Refused:
+            raise
+        except Exception as exc:
+            raise internal_error(exc) from exc
+    return reply

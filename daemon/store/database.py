@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 import sqlite_utils
 import trio
@@ -68,101 +70,131 @@ class Tx:
         self._after.append(effect)
 
 
-class _Write(Generic[T]):
-    __slots__ = ("error", "fn", "result", "tx")
+#: Called once a write is settled: (result, None) after its commit, or (None, error).
+Done = Callable[[Any, BaseException | None], None]
 
-    def __init__(self, fn: Callable[[Tx], T]) -> None:
+
+class _Write:
+    __slots__ = ("done", "error", "fn", "result", "tx", "withdrawn")
+
+    def __init__(self, fn: Callable[[Tx], Any], done: Done) -> None:
         self.fn = fn
-        self.result: T | None = None
+        self.done = done
+        self.result: Any = None
         self.error: BaseException | None = None
         self.tx: Tx | None = None
-
-
-class _Batch:
-    __slots__ = ("done", "writes")
-
-    def __init__(self) -> None:
-        self.writes: list[_Write[Any]] = []
-        self.done = trio.Event()
+        self.withdrawn = False
 
 
 class GroupCommit:
-    """Gathers the writes of one scheduling round into one transaction."""
+    """Gathers the writes of one scheduling round into one transaction.
 
-    def __init__(self, conn: sqlite3.Connection, now_ms: Callable[[], int]) -> None:
+    A transaction takes writes until it has run for ``budget_s``; the rest wait
+    for the next one, so a burst of big writes never stalls the event loop for
+    long. Each write's ``done`` callback runs after its commit, then every
+    ``after_commit`` hook (the socket server flushes answers there: one send
+    per connection per commit).
+    """
+
+    def __init__(
+        self, conn: sqlite3.Connection, now_ms: Callable[[], int], budget_s: float = 0.002
+    ) -> None:
         self._conn = conn
         self._now_ms = now_ms
-        self._batch = _Batch()
+        self._budget = budget_s
+        self._queue: deque[_Write] = deque()
         self._wake = trio.Event()
         self._closed = False
+        self._deadline = 0.0
+        self.after_commit: list[Callable[[], None]] = []
         self.commits = 0
         self.writes = 0
+
+    def submit(self, fn: Callable[[Tx], Any], done: Done) -> _Write:
+        """Queue ``fn`` for the next transaction; ``done`` is called when settled.
+
+        A :class:`Refused` raised by ``fn`` rolls back that write alone and is
+        passed to ``done``.
+        """
+        if self._closed:
+            raise Refused("shutting_down", "the daemon is shutting down")
+        item = _Write(fn, done)
+        self._queue.append(item)
+        self._wake.set()
+        return item
 
     async def write(self, fn: Callable[[Tx], T]) -> T:
         """Run ``fn`` in the next group transaction; return its result after commit.
 
-        A :class:`Refused` raised by ``fn`` rolls back that write alone and is
-        re-raised here. A caller cancelled before its batch ran withdraws its
-        write: nothing of it is committed.
+        A caller cancelled before its write ran withdraws it: nothing of it is
+        committed, so a cancelled claim or enqueue leaves no trace.
         """
-        if self._closed:
-            raise Refused("shutting_down", "the daemon is shutting down")
-        item = _Write(fn)
-        batch = self._batch
-        batch.writes.append(item)
-        self._wake.set()
+        settled = trio.Event()
+        item = self.submit(fn, lambda _r, _e: settled.set())
         try:
-            await batch.done.wait()
+            await settled.wait()
         except BaseException:
-            # Cancelled before its batch ran (a batch commits within one task
-            # step, so "not done" means "not started"): withdraw the write, so
-            # a cancelled claim or enqueue leaves no trace.
-            if not batch.done.is_set():
-                batch.writes.remove(item)
+            if not settled.is_set():
+                item.withdrawn = True  # still queued: transactions run within one step
             raise
         if item.error is not None:
             raise item.error
-        return item.result  # type: ignore[return-value]
+        return item.result  # type: ignore[no-any-return]
 
     def run_now(self, fn: Callable[[Tx], T]) -> T:
         """Run one write in its own transaction, synchronously (startup, tests)."""
-        item = _Write(fn)
+        item = _Write(fn, lambda _r, _e: None)
         self._commit([item])
         if item.error is not None:
             raise item.error
-        return item.result  # type: ignore[return-value]
+        return item.result  # type: ignore[no-any-return]
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """The committer task: one transaction per scheduling round of writes."""
+        """The committer task: transactions of the writes queued so far."""
         task_status.started()
         try:
             while True:
                 # Woken by the first write of a round: by the time this task runs,
-                # every task of that round has added its write to the batch.
+                # every task of that round has queued its write.
                 await self._wake.wait()
                 self._wake = trio.Event()
-                batch, self._batch = self._batch, _Batch()
-                if batch.writes:
-                    self._commit(batch.writes)
-                batch.done.set()
+                while self._queue:
+                    self._commit(self._take())
+                    if self._queue:
+                        # Over budget: let the loop breathe, then go on.
+                        await trio.lowlevel.cancel_shielded_checkpoint()
         finally:
             self._closed = True
-            # Writes that arrived after the last commit are answered, not lost.
-            batch, self._batch = self._batch, _Batch()
-            if batch.writes:
-                self._commit(batch.writes)
-            batch.done.set()
+            # Writes queued before the stop are answered, not lost.
+            while self._queue:
+                self._commit(self._take())
 
-    def _commit(self, writes: list[_Write[Any]]) -> None:
+    def _take(self) -> list[_Write]:
+        """The first live write of the queue; the transaction grows from there."""
+        while self._queue:
+            item = self._queue.popleft()
+            if not item.withdrawn:
+                return [item]
+        return []
+
+    def _commit(self, writes: list[_Write]) -> None:
+        if not writes:
+            return
         # Optimistic first: no savepoints. A write that is refused before it
         # changed anything (the usual case: a check failed) costs nothing to
         # undo. Only a write refused after changing rows forces the batch to run
         # again with a savepoint around each write.
+        self._deadline = time.perf_counter() + self._budget
         if not self._run(writes, careful=False):
             self._run(writes, careful=True)
+        for item in writes:
+            item.done(item.result, item.error)
+        for hook in self.after_commit:
+            hook()
 
-    def _run(self, writes: list[_Write[Any]], *, careful: bool) -> bool:
-        """One transaction over ``writes``; False if it must be re-run carefully."""
+    def _run(self, writes: list[_Write], *, careful: bool) -> bool:
+        """One transaction over ``writes`` (growing it from the queue while the
+        time budget lasts); False if it must be re-run carefully."""
         conn = self._conn
         now = self._now_ms()
         try:
@@ -171,7 +203,18 @@ class GroupCommit:
             self._fail_all(writes, exc)
             return True
         try:
-            for item in writes:
+            index = 0
+            while True:
+                if index == len(writes):
+                    # Grow the transaction from the queue while time allows.
+                    if not self._queue or time.perf_counter() > self._deadline:
+                        break
+                    item = self._queue.popleft()
+                    if item.withdrawn:
+                        continue
+                    writes.append(item)
+                item = writes[index]
+                index += 1
                 item.error = item.tx = None
                 tx = Tx(conn, now)
                 if careful:
@@ -205,7 +248,7 @@ class GroupCommit:
                     effect()
         return True
 
-    def _fail_all(self, writes: list[_Write[Any]], exc: BaseException) -> None:
+    def _fail_all(self, writes: list[_Write], exc: BaseException) -> None:
         log.error("store transaction failed: %s", exc)
         for item in writes:
             item.tx = None

@@ -16,7 +16,7 @@ from actors.errors import Refused, invalid, not_found
 from daemon.store import jobs as sql
 from daemon.store.database import Tx
 from daemon.verbs.reading import page
-from daemon.verbs.table import Call, verb
+from daemon.verbs.table import Call, Plan, answer_now, verb
 from daemon.wire import between, name, text
 
 if TYPE_CHECKING:
@@ -33,9 +33,9 @@ class DeadListArgs:
 
 
 @verb("dead_list", ("manage",), DeadListArgs)
-async def dead_list(core: Core, call: Call, a: DeadListArgs) -> dict[str, Any]:
+def dead_list(core: Core, call: Call, a: DeadListArgs) -> Plan:
     """Dead letters in id order."""
-    return page(core, call, a.queue, lc.DEAD, a.limit, a.after)
+    return answer_now(page(core, call, a.queue, lc.DEAD, a.limit, a.after))
 
 
 def _ids(_inst: Any, attr: attrs.Attribute, value: list[str] | None) -> None:
@@ -61,7 +61,7 @@ class DeadReplayArgs:
 
 
 @verb("dead_replay", ("manage", "produce"), DeadReplayArgs)
-async def dead_replay(core: Core, call: Call, a: DeadReplayArgs) -> dict[str, Any]:
+def dead_replay(core: Core, call: Call, a: DeadReplayArgs) -> Plan:
     """Replay dead letters; ``all`` replays up to ``limit`` after ``after`` and says
     whether more remain (``remaining``, with the cursor ``next``)."""
     if a.queue is not None:
@@ -103,4 +103,4 @@ async def dead_replay(core: Core, call: Call, a: DeadReplayArgs) -> dict[str, An
 
     if core.draining:
         raise Refused("shutting_down", "the daemon is shutting down")
-    return await core.writer.write(write)
+    return Plan(write)

@@ -8,6 +8,7 @@ replaced, ``ready_at`` pushed).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -16,7 +17,7 @@ from actors import lifecycle as lc
 from actors.errors import Refused, invalid
 from daemon.store import jobs as sql
 from daemon.store.database import Tx
-from daemon.verbs.table import Call, verb
+from daemon.verbs.table import Call, Plan, verb
 from daemon.wire import between, json_value, name, text
 
 if TYPE_CHECKING:
@@ -112,8 +113,8 @@ def _result(row: sql.Row, payload: Any, *, duplicate: bool, folded: bool) -> dic
     return {"job": job, "duplicate": duplicate, "folded": folded, "shed": False}
 
 
-async def enqueue_jobs(core: Core, call: Call, jobs: list[EnqueueArgs]) -> list[dict[str, Any]]:
-    """Enqueue ``jobs`` in one transaction: every producer path comes through here."""
+def enqueue_write(core: Core, call: Call, jobs: list[EnqueueArgs]) -> Callable[[Tx], list]:
+    """The write that enqueues ``jobs`` in one transaction; every producer path uses it."""
     for job in jobs:
         call.scope(job.queue)
     if core.draining:
@@ -127,16 +128,16 @@ async def enqueue_jobs(core: Core, call: Call, jobs: list[EnqueueArgs]) -> list[
         core.added(tx, new_rows)
         return results
 
-    return await core.writer.write(write)
+    return write
 
 
 @verb("enqueue", ("produce",), EnqueueArgs)
-async def enqueue(core: Core, call: Call, a: EnqueueArgs) -> dict[str, Any]:
+def enqueue(core: Core, call: Call, a: EnqueueArgs) -> Plan:
     """Enqueue one job."""
-    return (await enqueue_jobs(core, call, [a]))[0]
+    return Plan(enqueue_write(core, call, [a]), lambda results: results[0])
 
 
 @verb("enqueue_many", ("produce",), EnqueueManyArgs)
-async def enqueue_many(core: Core, call: Call, a: EnqueueManyArgs) -> dict[str, Any]:
+def enqueue_many(core: Core, call: Call, a: EnqueueManyArgs) -> Plan:
     """Enqueue a batch; all of it lands or none does."""
-    return {"results": await enqueue_jobs(core, call, a.jobs)}
+    return Plan(enqueue_write(core, call, a.jobs), lambda results: {"results": results})

@@ -10,7 +10,7 @@ from daemon.store import audit
 from daemon.store import queues as queue_sql
 from daemon.store.database import Tx
 from daemon.verbs.reading import queue_rows
-from daemon.verbs.table import Call, NoArgs, verb
+from daemon.verbs.table import Call, NoArgs, Plan, answer_now, verb
 from daemon.wire import name
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ def _ttl(value: int | None) -> int | None:
 
 
 @verb("queue_configure", ("manage",), QueueConfigureArgs, manage=True)
-async def queue_configure(core: Core, call: Call, a: QueueConfigureArgs) -> dict[str, Any]:
+def queue_configure(core: Core, call: Call, a: QueueConfigureArgs) -> Plan:
     """Create a queue or set its retention TTLs."""
     call.scope(a.queue)
     namespace = call.namespace
@@ -51,17 +51,25 @@ async def queue_configure(core: Core, call: Call, a: QueueConfigureArgs) -> dict
         tx.after(lambda: core.known_queues.add((namespace, a.queue)))
         return queue
 
-    return {"queue": await core.writer.write(write)}
+    return Plan(write, lambda queue: {"queue": queue})
 
 
 @verb("queue_list", ("manage",), NoArgs, manage=True)
-async def queue_list(core: Core, call: Call, _a: NoArgs) -> dict[str, Any]:
+def queue_list(core: Core, call: Call, _a: NoArgs) -> Plan:
     """Every queue of the namespace with its counts."""
     rows = queue_rows(core, call)
-    return {
-        "queues": [
-            {"queue": r["queue"], "scheduled": r["scheduled"], "pending": r["pending"],
-             "running": r["running"], "dead": r["dead"], "policy": None}
-            for r in rows
-        ]
-    }  # fmt: skip
+    return answer_now(
+        {
+            "queues": [
+                {
+                    "queue": r["queue"],
+                    "scheduled": r["scheduled"],
+                    "pending": r["pending"],
+                    "running": r["running"],
+                    "dead": r["dead"],
+                    "policy": None,
+                }
+                for r in rows
+            ]
+        }
+    )

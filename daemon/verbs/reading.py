@@ -10,7 +10,7 @@ from actors import lifecycle as lc
 from actors.errors import Refused, invalid, not_found
 from daemon import __version__
 from daemon.store import jobs as sql
-from daemon.verbs.table import ANY, Call, NoArgs, verb
+from daemon.verbs.table import ANY, Call, NoArgs, Plan, answer_now, verb
 from daemon.verbs.working import _queue_names
 from daemon.wire import between, name, text
 
@@ -27,7 +27,7 @@ class HelloArgs:
 
 
 @verb("hello", (), HelloArgs)
-async def hello(core: Core, call: Call, a: HelloArgs) -> dict[str, Any]:
+def hello(core: Core, call: Call, a: HelloArgs) -> Plan:
     """Authenticate the connection (optional in open mode)."""
     session = core.auth.check(a.token)
     # The transport keeps the session object; bind it in place.
@@ -36,8 +36,8 @@ async def hello(core: Core, call: Call, a: HelloArgs) -> dict[str, Any]:
         session.namespace, session.grants, session.queues,
     )  # fmt: skip
     target.token_name, target.authenticated = session.token_name, True
-    return {**target.describe(), "server": f"sluicegate/{__version__}",
-            "protocol": PROTOCOL_VERSION}  # fmt: skip
+    return answer_now({**target.describe(), "server": f"sluicegate/{__version__}",
+            "protocol": PROTOCOL_VERSION})  # fmt: skip
 
 
 @attrs.frozen
@@ -46,13 +46,13 @@ class GetArgs:
 
 
 @verb("get", ANY, GetArgs)
-async def get(core: Core, call: Call, a: GetArgs) -> dict[str, Any]:
+def get(core: Core, call: Call, a: GetArgs) -> Plan:
     """One job by id."""
     row = sql.get(core.conn, call.namespace, a.job_id)
     if row is None:
         raise not_found(f"job {a.job_id!r}")
     call.scope(row[sql.QUEUE])
-    return {"job": sql.to_wire(row)}
+    return answer_now({"job": sql.to_wire(row)})
 
 
 def _status(_inst: Any, attr: attrs.Attribute, value: str | None) -> None:
@@ -85,9 +85,9 @@ def page(core: Core, call: Call, queue: str | None, status: str | None, limit: i
 
 
 @verb("list", ANY, ListArgs)
-async def list_(core: Core, call: Call, a: ListArgs) -> dict[str, Any]:
+def list_(core: Core, call: Call, a: ListArgs) -> Plan:
     """Jobs in id order."""
-    return page(core, call, a.queue, a.status, a.limit, a.after)
+    return answer_now(page(core, call, a.queue, a.status, a.limit, a.after))
 
 
 def queue_rows(core: Core, call: Call) -> list[dict[str, Any]]:
@@ -103,15 +103,17 @@ def queue_rows(core: Core, call: Call) -> list[dict[str, Any]]:
 
 
 @verb("status", ANY, NoArgs)
-async def status(core: Core, call: Call, _a: NoArgs) -> dict[str, Any]:
+def status(core: Core, call: Call, _a: NoArgs) -> Plan:
     """The namespace at a glance."""
-    return {
-        "namespace": call.namespace,
-        "queues": queue_rows(core, call),
-        "budgets": [],
-        "quota": None,
-        "daemon": core.version_info(),
-    }
+    return answer_now(
+        {
+            "namespace": call.namespace,
+            "queues": queue_rows(core, call),
+            "budgets": [],
+            "quota": None,
+            "daemon": core.version_info(),
+        }
+    )
 
 
 @attrs.frozen
@@ -120,11 +122,11 @@ class SubscribeArgs:
 
 
 @verb("subscribe", ("consume",), SubscribeArgs)
-async def subscribe(core: Core, call: Call, a: SubscribeArgs) -> dict[str, Any]:
+def subscribe(core: Core, call: Call, a: SubscribeArgs) -> Plan:
     """Doorbell events for ``queues`` on this connection."""
     if call.events is None:
         raise Refused("invalid_argument", "subscribe needs the socket transport", field="op")
     for queue in a.queues:
         call.scope(queue)
     core.router.subscribe(call.owner, [(call.namespace, q) for q in a.queues], call.events)
-    return {}
+    return answer_now({})

@@ -1,9 +1,12 @@
 """The one verb table, served by both transports.
 
-A verb is an async function ``handler(core, call, args)`` registered with
-:func:`verb`, the grants that may call it, and an attrs class for its
-arguments. :mod:`daemon.dispatch` authenticates, checks grants and scope in the
-order of PROTOCOL.md, structures the arguments and calls it.
+A verb is a synchronous function ``plan(core, call, args) -> Plan`` registered
+with :func:`verb`, the grants that may call it, and an attrs class for its
+arguments. It checks what it can at once and returns a :class:`Plan`: at most
+one write, run in a group transaction, and how to answer from the write's
+result. An answer that has to wait (a ``claim_next`` with ``wait_ms``) is a
+:class:`Later`. :mod:`daemon.dispatch` runs plans for HTTP; the socket submits
+their writes with a callback, so a request costs no task of its own.
 """
 
 from __future__ import annotations
@@ -16,11 +19,44 @@ import attrs
 from actors.errors import Refused
 from actors.router import EventSink
 from daemon.session import Session
+from daemon.store.database import Tx
 
 if TYPE_CHECKING:
     from daemon.core import Core
 
-Handler = Callable[["Core", "Call", Any], Awaitable[dict[str, Any]]]
+Answer = dict[str, Any]
+
+
+@attrs.frozen
+class Later:
+    """An answer that is not ready yet: await ``run()`` for it.
+
+    A transport that will not run it (the client is gone) calls ``abandon()``
+    instead, so whatever it holds (a registered waiter) is let go.
+    """
+
+    run: Callable[[], Awaitable[Answer]]
+    abandon: Callable[[], None] = lambda: None
+
+
+def _as_is(result: Any) -> Answer | Later:
+    return result  # type: ignore[no-any-return]
+
+
+@attrs.frozen
+class Plan:
+    """What a call does: ``write`` (or None) and how to ``answer`` from its result."""
+
+    write: Callable[[Tx], Any] | None = None
+    answer: Callable[[Any], Answer | Later] = _as_is
+
+
+def answer_now(answer: Answer) -> Plan:
+    """A plan that writes nothing and answers ``answer``."""
+    return Plan(None, lambda _none: answer)
+
+
+Planner = Callable[["Core", "Call", Any], Plan]
 
 
 @attrs.define
@@ -42,12 +78,12 @@ class Call:
 
 @attrs.frozen
 class Verb:
-    """A verb: its name, who may call it, its argument class and handler."""
+    """A verb: its name, who may call it, its argument class and planner."""
 
     name: str
     grants: tuple[str, ...]
     args: type
-    handler: Handler
+    plan: Planner
     #: Management verbs hide what the caller may not manage as not_found.
     manage: bool = False
 
@@ -59,13 +95,13 @@ ANY = ("produce", "consume", "manage", "set_admission_policy", "clear_admission_
 
 
 def verb(name: str, grants: tuple[str, ...], args: type, *, manage: bool = False):
-    """Register ``handler`` as verb ``name``."""
+    """Register a planner as verb ``name``."""
 
-    def register(handler: Handler) -> Handler:
+    def register(plan: Planner) -> Planner:
         if name in VERBS:
             raise RuntimeError(f"verb {name!r} registered twice")
-        VERBS[name] = Verb(name, grants, args, handler, manage)
-        return handler
+        VERBS[name] = Verb(name, grants, args, plan, manage)
+        return plan
 
     return register
 

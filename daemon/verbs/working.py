@@ -8,6 +8,7 @@ doorbell can ring between "found nothing" and "waiting" unheard.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -18,7 +19,7 @@ from actors.errors import Refused, invalid, not_found
 from actors.router import Waiter
 from daemon.store import jobs as sql
 from daemon.store.database import Tx
-from daemon.verbs.table import Call, verb
+from daemon.verbs.table import Call, Later, Plan, verb
 from daemon.wire import between, json_value, name, text
 
 if TYPE_CHECKING:
@@ -78,6 +79,10 @@ class ReleaseArgs:
     delay_ms: int | None = attrs.field(default=None, validator=between(0))
 
 
+def _job_answer(row: sql.Row) -> dict[str, Any]:
+    return {"job": sql.to_wire(row)}
+
+
 def _new_lease() -> str:
     return secrets.token_hex(8)
 
@@ -86,8 +91,11 @@ def _claimed(rows: list[sql.Row]) -> dict[str, Any]:
     return {"jobs": [{"job": sql.to_wire(r), "admission": None} for r in rows], "empty": False}
 
 
+EMPTY: dict[str, Any] = {"jobs": [], "empty": True}
+
+
 @verb("claim_next", ("consume",), ClaimNextArgs)
-async def claim_next(core: Core, call: Call, a: ClaimNextArgs) -> dict[str, Any]:
+def claim_next(core: Core, call: Call, a: ClaimNextArgs) -> Plan:
     """Claim up to ``max`` jobs of ``queues``, waiting up to ``wait_ms`` for work."""
     for queue in a.queues:
         call.scope(queue)
@@ -95,11 +103,14 @@ async def claim_next(core: Core, call: Call, a: ClaimNextArgs) -> dict[str, Any]
     queues = list(dict.fromkeys(a.queues))
     keys = [(namespace, q) for q in queues]
     deadline = core.clock.monotonic() + a.wait_ms / 1000
-    while True:
+
+    def attempt() -> tuple[Callable[[Tx], list[sql.Row]], list[Waiter]]:
+        # A waiter is registered in the same commit that found nothing, so no
+        # doorbell can ring unheard between "nothing" and "waiting".
         waiting: list[Waiter] = []
         may_wait = a.wait_ms > 0 and not core.router.closed
 
-        def write(tx: Tx, waiting: list[Waiter] = waiting, may_wait: bool = may_wait) -> list:
+        def write(tx: Tx) -> list[sql.Row]:
             core.catch_up(tx)
             rows = sql.claim_next(
                 tx.conn, namespace, queues, a.max, _new_lease(), a.lease_ms, tx.now_ms
@@ -109,19 +120,36 @@ async def claim_next(core: Core, call: Call, a: ClaimNextArgs) -> dict[str, Any]
                 tx.after(lambda: waiting.append(core.router.register(keys)))
             return rows
 
-        rows = await core.writer.write(write)
+        return write, waiting
+
+    async def wait_for_work(waiter: Waiter) -> dict[str, Any]:
+        while True:
+            try:
+                with trio.move_on_at(deadline):
+                    await waiter.event.wait()
+            finally:
+                core.router.unregister(waiter)
+            if not waiter.event.is_set() or core.router.closed:
+                return EMPTY
+            write, waiting = attempt()
+            rows = await core.writer.write(write)
+            if rows:
+                return _claimed(rows)
+            if not waiting:
+                return EMPTY
+            waiter = waiting[0]
+
+    first, first_waiting = attempt()
+
+    def answer(rows: list[sql.Row]) -> dict[str, Any] | Later:
         if rows:
             return _claimed(rows)
-        if not waiting:
-            return {"jobs": [], "empty": True}
-        waiter = waiting[0]
-        try:
-            with trio.move_on_at(deadline):
-                await waiter.event.wait()
-        finally:
-            core.router.unregister(waiter)
-        if not waiter.event.is_set() or core.router.closed:
-            return {"jobs": [], "empty": True}
+        if not first_waiting:
+            return EMPTY
+        waiter = first_waiting[0]
+        return Later(lambda: wait_for_work(waiter), lambda: core.router.unregister(waiter))
+
+    return Plan(first, answer)
 
 
 def _owned(core: Core, call: Call, tx: Tx, job_id: str) -> sql.Row:
@@ -146,7 +174,7 @@ def _leased(core: Core, call: Call, tx: Tx, job_id: str, lease: str) -> sql.Row:
 
 
 @verb("claim", ("consume",), ClaimArgs)
-async def claim(core: Core, call: Call, a: ClaimArgs) -> dict[str, Any]:
+def claim(core: Core, call: Call, a: ClaimArgs) -> Plan:
     """Claim one job by id (a pending one, or one whose lease lapsed)."""
 
     def write(tx: Tx) -> sql.Row:
@@ -162,12 +190,11 @@ async def claim(core: Core, call: Call, a: ClaimArgs) -> dict[str, Any]:
         core.claimed(tx, claimed)
         return claimed[0]
 
-    row = await core.writer.write(write)
-    return {"job": sql.to_wire(row), "admission": None}
+    return Plan(write, lambda row: {"job": sql.to_wire(row), "admission": None})
 
 
 @verb("heartbeat", ("consume",), HeartbeatArgs)
-async def heartbeat(core: Core, call: Call, a: HeartbeatArgs) -> dict[str, Any]:
+def heartbeat(core: Core, call: Call, a: HeartbeatArgs) -> Plan:
     """Extend a lease."""
 
     def write(tx: Tx) -> int:
@@ -177,11 +204,11 @@ async def heartbeat(core: Core, call: Call, a: HeartbeatArgs) -> dict[str, Any]:
         tx.after(lambda: core.reaper.note(expires))
         return expires
 
-    return {"lease_expires_at": await core.writer.write(write)}
+    return Plan(write, lambda expires: {"lease_expires_at": expires})
 
 
 @verb("complete", ("consume",), CompleteArgs)
-async def complete(core: Core, call: Call, a: CompleteArgs) -> dict[str, Any]:
+def complete(core: Core, call: Call, a: CompleteArgs) -> Plan:
     """Finish a job successfully."""
     result = None if a.result is None else sql.dumps(a.result)
 
@@ -192,11 +219,11 @@ async def complete(core: Core, call: Call, a: CompleteArgs) -> dict[str, Any]:
         core.moved(tx, row, after)
         return after
 
-    return {"job": sql.to_wire(await core.writer.write(write))}
+    return Plan(write, _job_answer)
 
 
 @verb("fail", ("consume",), FailArgs)
-async def fail(core: Core, call: Call, a: FailArgs) -> dict[str, Any]:
+def fail(core: Core, call: Call, a: FailArgs) -> Plan:
     """Report a failed attempt: retry with backoff, or dead."""
 
     def write(tx: Tx) -> sql.Row:
@@ -218,11 +245,11 @@ async def fail(core: Core, call: Call, a: FailArgs) -> dict[str, Any]:
         tx.after(lambda: core.metrics.failed(queue))
         return after
 
-    return {"job": sql.to_wire(await core.writer.write(write))}
+    return Plan(write, _job_answer)
 
 
 @verb("release", ("consume",), ReleaseArgs)
-async def release(core: Core, call: Call, a: ReleaseArgs) -> dict[str, Any]:
+def release(core: Core, call: Call, a: ReleaseArgs) -> Plan:
     """Give a job back unworked: the attempt is taken back."""
 
     def write(tx: Tx) -> sql.Row:
@@ -234,4 +261,4 @@ async def release(core: Core, call: Call, a: ReleaseArgs) -> dict[str, Any]:
         core.moved(tx, row, after)
         return after
 
-    return {"job": sql.to_wire(await core.writer.write(write))}
+    return Plan(write, _job_answer)

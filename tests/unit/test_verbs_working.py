@@ -134,7 +134,7 @@ async def test_a_claim_cancelled_mid_commit_leaves_the_job_claimable(tmp_path, a
                 nursery.start_soon(claimer)
                 await trio.testing.wait_all_tasks_blocked()
                 # Both writes are submitted (enqueue first): cancel the claim's caller.
-                assert len(core.writer._batch.writes) == 2
+                assert len(core.writer._queue) == 2
                 caller.cancel()
                 await trio.testing.wait_all_tasks_blocked()
                 await nursery.start(core.writer.run)
