@@ -7,7 +7,6 @@ ids minted by one daemon are strictly increasing.
 
 from __future__ import annotations
 
-import base64
 import secrets
 
 _ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
@@ -36,10 +35,15 @@ class IdMint:
         return _encode((now_ms << _RANDOM_BITS) | rand)
 
 
-# base32 of 16 big-endian bytes is fixed-width and, with an alphabet in ASCII
-# order, sorts like the number; Crockford's alphabet avoids i, l, o and u.
-_TO_CROCKFORD = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", _ALPHABET.encode())
+# Two characters per 10 bits: the 128-bit value, shifted left by 2, is 13 such
+# pairs (what base32 of 16 bytes gives, with its 2 zero padding bits), and a
+# table lookup per pair is faster than base64 plus a translation. The alphabet
+# is in ASCII order, so the text sorts like the number.
+_PAIRS = [a + b for a in _ALPHABET for b in _ALPHABET]
+_SHIFTS = tuple(range(120, -1, -10))
 
 
 def _encode(value: int) -> str:
-    return base64.b32encode(value.to_bytes(16, "big"))[:26].translate(_TO_CROCKFORD).decode()
+    value <<= 2
+    pairs = _PAIRS
+    return "".join([pairs[(value >> shift) & 1023] for shift in _SHIFTS])

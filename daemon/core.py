@@ -28,6 +28,8 @@ from daemon.store import queues as queue_sql
 from daemon.store.database import GroupCommit, Tx
 
 log = logging.getLogger("sluicegate.core")
+RUNNING_CACHE_MAX = 100_000
+RUNNING_CACHE_PAYLOAD = 8192
 QueueKey = tuple[str, str]
 
 
@@ -51,6 +53,11 @@ class Core:
         self.draining = False
         self.known_queues: set[QueueKey] = set()
         self.problems: list[str] = []
+        #: Running jobs' rows by id, so lease checks need no SELECT. Entries
+        #: change only after commits; every write using one is guarded on the
+        #: lease in the store, so a stale entry is harmless. Bounded: jobs with
+        #: big payloads, or past the cap, are simply looked up in the store.
+        self.running: dict[str, sql.Row] = {}
         self.recover()
 
     # -- start-up -------------------------------------------------------------
@@ -143,6 +150,8 @@ class Core:
         ready_at, expires = after[sql.READY_AT], after[sql.LEASE_EXPIRES_AT]
 
         def effect() -> None:
+            if source == lc.RUNNING:
+                self.running.pop(after[sql.ID], None)
             pending_before = self.counts.get(key, lc.PENDING)
             self.counts.move(key, source, target)
             self.metrics.moved(key[1], source, target)
@@ -151,6 +160,17 @@ class Core:
             self._after_arrival(key, target, ready_at, pending_before, 1)
 
         tx.after(effect)
+
+    def remember_running(self, row: sql.Row) -> None:
+        """Keep a running job's row in :attr:`running` (within the bounds)."""
+        if len(self.running) < RUNNING_CACHE_MAX and len(row[sql.PAYLOAD]) <= RUNNING_CACHE_PAYLOAD:
+            self.running[row[sql.ID]] = row
+
+    def lease_extended(self, row: sql.Row) -> None:
+        """A heartbeat moved a lease's expiry (after commit)."""
+        if row[sql.ID] in self.running:
+            self.running[row[sql.ID]] = row
+        self.reaper.note(row[sql.LEASE_EXPIRES_AT])
 
     def claimed(self, tx: Tx, rows: list[sql.Row]) -> None:
         """Jobs were claimed (pending -> running) by one claim statement."""
@@ -161,6 +181,7 @@ class Core:
 
         def effect() -> None:
             for row in rows:
+                self.remember_running(row)
                 key = (row[sql.NAMESPACE], row[sql.QUEUE])
                 self.counts.move(key, lc.PENDING, lc.RUNNING)
                 self.metrics.moved(key[1], lc.PENDING, lc.RUNNING)

@@ -32,8 +32,14 @@ log = logging.getLogger("sluicegate.store")
 T = TypeVar("T")
 
 
-def open_database(path: Path | str, synchronous: str = "normal") -> sqlite_utils.Database:
-    """Open (creating and migrating) the database at ``path`` in WAL mode."""
+def open_database(
+    path: Path | str, synchronous: str = "normal", *, autocheckpoint: bool = True
+) -> sqlite_utils.Database:
+    """Open (creating and migrating) the database at ``path`` in WAL mode.
+
+    ``autocheckpoint=False`` leaves WAL checkpoints to a
+    :class:`~daemon.store.checkpointer.Checkpointer`.
+    """
     if synchronous not in ("normal", "full"):
         raise ValueError("synchronous must be 'normal' or 'full'")
     if str(path) != ":memory:":
@@ -45,6 +51,8 @@ def open_database(path: Path | str, synchronous: str = "normal") -> sqlite_utils
     conn.execute(f"PRAGMA synchronous = {synchronous.upper()}")
     conn.execute("PRAGMA busy_timeout = 5000")
     conn.execute("PRAGMA temp_store = MEMORY")
+    if not autocheckpoint:
+        conn.execute("PRAGMA wal_autocheckpoint = 0")
     conn.execute("PRAGMA cache_size = -65536")  # 64 MiB of page cache
     db = sqlite_utils.Database(conn)
     try:

@@ -93,21 +93,34 @@ def find_live_unique(conn: sqlite3.Connection, namespace: str, queue: str, key: 
 
 
 _INDEX = {name: i for i, name in enumerate(COLUMNS)}
-_UPDATE_SQL: dict[tuple[str, ...], str] = {}
+_UPDATE_SQL: dict[tuple[Any, ...], str] = {}
 
 
-def update(conn: sqlite3.Connection, before: Row, changes: dict[str, Any]) -> Row:
+class StaleRow(Exception):
+    """A guarded update found the job no longer in the state its caller saw."""
+
+
+def update(
+    conn: sqlite3.Connection, before: Row, changes: dict[str, Any], *, running: bool = False
+) -> Row:
     """Write ``changes`` to the row ``before`` describes; return the row after.
 
-    The caller read ``before`` in this transaction, so the new row is known
-    without ``RETURNING``, which costs SQLite about three times the update.
+    The caller knows ``before``, so the new row is known without
+    ``RETURNING``, which costs SQLite about three times the update. With
+    ``running``, the update applies only while the job is still running under
+    ``before``'s lease, else :class:`StaleRow` is raised and nothing changed:
+    so ``before`` may come from memory instead of a SELECT.
     """
-    columns = tuple(changes)
+    columns = (*changes, running)
     statement = _UPDATE_SQL.get(columns)
     if statement is None:
-        sets = ", ".join(f"{c} = ?" for c in columns)
-        statement = _UPDATE_SQL[columns] = f"UPDATE jobs SET {sets} WHERE id = ?"
-    conn.execute(statement, (*changes.values(), before[ID]))
+        sets = ", ".join(f"{c} = ?" for c in changes)
+        guard = " AND state = 'running' AND lease = ?" if running else ""
+        statement = _UPDATE_SQL[columns] = f"UPDATE jobs SET {sets} WHERE id = ?{guard}"
+    params = (*changes.values(), before[ID], before[LEASE]) if running else (
+        *changes.values(), before[ID])  # fmt: skip
+    if conn.execute(statement, params).rowcount != 1:
+        raise StaleRow(before[ID])
     after = list(before)
     for column, value in changes.items():
         after[_INDEX[column]] = value
@@ -188,8 +201,8 @@ def mark_running(
 
 
 def extend_lease(conn: sqlite3.Connection, before: Row, expires: int, now: int) -> Row:
-    """Heartbeat: push a running job's lease expiry."""
-    return update(conn, before, {"lease_expires_at": expires, "updated_at": now})
+    """Heartbeat: push a running job's lease expiry (guarded on its lease)."""
+    return update(conn, before, {"lease_expires_at": expires, "updated_at": now}, running=True)
 
 
 def finish(
@@ -204,7 +217,10 @@ def finish(
     result: str | None = None,
     dead: str | None = None,
 ) -> Row:
-    """Move a running job out of ``running``: completed, dead, or back to waiting."""
+    """Move a running job out of ``running``: completed, dead, or back to waiting.
+
+    Guarded on ``before``'s lease (:class:`StaleRow` if it no longer holds).
+    """
     changes: dict[str, Any] = {
         "state": state,
         "lease": None,
@@ -220,7 +236,7 @@ def finish(
         changes["ready_at"] = ready_at
     if error is not None:
         changes["error"] = error
-    return update(conn, before, changes)
+    return update(conn, before, changes, running=True)
 
 
 def replay(conn: sqlite3.Connection, before: Row, now: int) -> Row:

@@ -161,7 +161,20 @@ def _owned(core: Core, call: Call, tx: Tx, job_id: str) -> sql.Row:
 
 
 def _leased(core: Core, call: Call, tx: Tx, job_id: str, lease: str) -> sql.Row:
-    """The running job held under ``lease``; ``lease_lost`` if it is not."""
+    """The running job held under ``lease``; ``lease_lost`` if it is not.
+
+    Usually from the core's map of running jobs, without a SELECT; the write
+    that follows is guarded on the lease, so a stale entry cannot do harm
+    (:func:`_on_lease` then asks the store).
+    """
+    row = core.running.get(job_id)
+    if row is not None and row[sql.LEASE] == lease and row[sql.NAMESPACE] == call.namespace:
+        call.scope(row[sql.QUEUE])
+        return row
+    return _leased_in_store(core, call, tx, job_id, lease)
+
+
+def _leased_in_store(core: Core, call: Call, tx: Tx, job_id: str, lease: str) -> sql.Row:
     row = _owned(core, call, tx, job_id)
     if row[sql.STATE] != lc.RUNNING or row[sql.LEASE] != lease:
         raise Refused(
@@ -193,18 +206,41 @@ def claim(core: Core, call: Call, a: ClaimArgs) -> Plan:
     return Plan(write, lambda row: {"job": sql.to_wire(row), "admission": None})
 
 
+Change = Callable[[Tx, sql.Row], Any]
+
+
+def _on_lease(core: Core, call: Call, job_id: str, lease: str, change: Change) -> Plan:
+    """A plan whose write applies ``change`` to the job held under ``lease``.
+
+    ``change`` makes guarded updates: when the remembered row turns out stale,
+    nothing was changed and the store says precisely why the lease is gone.
+    """
+
+    def write(tx: Tx) -> Any:
+        row = _leased(core, call, tx, job_id, lease)
+        try:
+            return change(tx, row)
+        except sql.StaleRow:
+            _leased_in_store(core, call, tx, job_id, lease)
+            raise Refused(
+                "lease_lost", f"job {job_id!r} is no longer held under this lease"
+            ) from None
+
+    return Plan(write, _job_answer)
+
+
 @verb("heartbeat", ("consume",), HeartbeatArgs)
 def heartbeat(core: Core, call: Call, a: HeartbeatArgs) -> Plan:
     """Extend a lease."""
 
-    def write(tx: Tx) -> int:
-        row = _leased(core, call, tx, a.job_id, a.lease)
+    def change(tx: Tx, row: sql.Row) -> int:
         expires = tx.now_ms + (a.lease_ms or row[sql.LEASE_MS])
-        sql.extend_lease(tx.conn, row, expires, tx.now_ms)
-        tx.after(lambda: core.reaper.note(expires))
+        after = sql.extend_lease(tx.conn, row, expires, tx.now_ms)
+        tx.after(lambda: core.lease_extended(after))
         return expires
 
-    return Plan(write, lambda expires: {"lease_expires_at": expires})
+    plan = _on_lease(core, call, a.job_id, a.lease, change)
+    return Plan(plan.write, lambda expires: {"lease_expires_at": expires})
 
 
 @verb("complete", ("consume",), CompleteArgs)
@@ -212,22 +248,20 @@ def complete(core: Core, call: Call, a: CompleteArgs) -> Plan:
     """Finish a job successfully."""
     result = None if a.result is None else sql.dumps(a.result)
 
-    def write(tx: Tx) -> sql.Row:
-        row = _leased(core, call, tx, a.job_id, a.lease)
+    def change(tx: Tx, row: sql.Row) -> sql.Row:
         state = lc.check("complete", lc.RUNNING, lc.COMPLETED)
         after = sql.finish(tx.conn, row, state=state, now=tx.now_ms, result=result)
         core.moved(tx, row, after)
         return after
 
-    return Plan(write, _job_answer)
+    return _on_lease(core, call, a.job_id, a.lease, change)
 
 
 @verb("fail", ("consume",), FailArgs)
 def fail(core: Core, call: Call, a: FailArgs) -> Plan:
     """Report a failed attempt: retry with backoff, or dead."""
 
-    def write(tx: Tx) -> sql.Row:
-        row = _leased(core, call, tx, a.job_id, a.lease)
+    def change(tx: Tx, row: sql.Row) -> sql.Row:
         now = tx.now_ms
         if a.dead or row[sql.ATTEMPTS] >= row[sql.MAX_ATTEMPTS]:
             reason = "failed" if a.dead else "attempts_exhausted"
@@ -245,15 +279,14 @@ def fail(core: Core, call: Call, a: FailArgs) -> Plan:
         tx.after(lambda: core.metrics.failed(queue))
         return after
 
-    return Plan(write, _job_answer)
+    return _on_lease(core, call, a.job_id, a.lease, change)
 
 
 @verb("release", ("consume",), ReleaseArgs)
 def release(core: Core, call: Call, a: ReleaseArgs) -> Plan:
     """Give a job back unworked: the attempt is taken back."""
 
-    def write(tx: Tx) -> sql.Row:
-        row = _leased(core, call, tx, a.job_id, a.lease)
+    def change(tx: Tx, row: sql.Row) -> sql.Row:
         now = tx.now_ms
         ready_at = now + a.delay_ms if a.delay_ms else row[sql.READY_AT]
         state = lc.check("release", lc.RUNNING, lc.arrival_state(ready_at, now))
@@ -261,4 +294,4 @@ def release(core: Core, call: Call, a: ReleaseArgs) -> Plan:
         core.moved(tx, row, after)
         return after
 
-    return Plan(write, _job_answer)
+    return _on_lease(core, call, a.job_id, a.lease, change)
