@@ -7,6 +7,8 @@ from typing import Any
 
 import orjson
 
+from daemon.store.pages import page_query
+
 
 def record(
     conn: sqlite3.Connection,
@@ -39,21 +41,11 @@ def list_records(
     limit: int,
 ) -> list[dict[str, Any]]:
     """Audit records of ``namespace`` oldest first, after the cursor ``after``."""
-    where = ["namespace = ?"]
-    params: list[Any] = [namespace]
-    for column, value in (("target_kind", target_kind), ("target", target)):
-        if value is not None:
-            where.append(f"{column} = ?")
-            params.append(value)
-    if after is not None:
-        where.append("id > ?")
-        params.append(after)
-    params.append(limit)
-    rows = conn.execute(
-        "SELECT id, at, actor, target_kind, target, action, before, after FROM audit "
-        f"WHERE {' AND '.join(where)} ORDER BY id LIMIT ?",
-        params,
-    ).fetchall()
+    statement, params = page_query(
+        "SELECT id, at, actor, target_kind, target, action, before, after FROM audit",
+        namespace, {"target_kind": target_kind, "target": target}, after, limit,
+    )  # fmt: skip
+    rows = conn.execute(statement, params).fetchall()
     return [
         {"id": r[0], "at": r[1], "actor": r[2], "target_kind": r[3], "target": r[4],
          "action": r[5], "before": orjson.loads(r[6]), "after": orjson.loads(r[7])}

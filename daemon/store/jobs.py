@@ -14,6 +14,8 @@ from typing import Any
 
 import orjson
 
+from daemon.store.pages import page_query
+
 COLUMNS = (
     "id", "namespace", "queue", "type", "payload", "priority", "state", "attempts",
     "max_attempts", "lease_ms", "ready_at", "created_at", "updated_at", "finished_at",
@@ -289,19 +291,10 @@ def list_jobs(
     limit: int,
 ) -> list[Row]:
     """Jobs of ``namespace`` in id order, filtered, after the cursor ``after``."""
-    where = ["namespace = ?"]
-    params: list[Any] = [namespace]
-    for column, value in (("queue", queue), ("state", state)):
-        if value is not None:
-            where.append(f"{column} = ?")
-            params.append(value)
-    if after is not None:
-        where.append("id > ?")
-        params.append(after)
-    params.append(limit)
-    return conn.execute(
-        f"SELECT {COLS} FROM jobs WHERE {' AND '.join(where)} ORDER BY id LIMIT ?", params
-    ).fetchall()
+    statement, params = page_query(
+        f"SELECT {COLS} FROM jobs", namespace, {"queue": queue, "state": state}, after, limit
+    )
+    return conn.execute(statement, params).fetchall()
 
 
 def dead_ids(
