@@ -19,6 +19,7 @@ import errno
 import logging
 import os
 import socket as stdsocket
+import time
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("sluicegate.socket")
 MAX_IN_FLIGHT = 4096  # requests of one connection before its reads pause
 RECEIVE_BYTES = 65536
+STEP_BUDGET_S = 0.002  # planning requests of one read yields after this long
 CLOSE_GRACE_S = 5.0  # how long a connection closing on a fatal frame finishes its requests
 
 
@@ -99,17 +101,20 @@ class Connection:
 
     async def _read_loop(self) -> None:
         while not self.closing:
-            try:
-                data = await self.stream.receive_some(RECEIVE_BYTES)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                return
+            data = await self._receive()
             if not data:
                 return
+            step_ends = time.perf_counter() + STEP_BUDGET_S
             for event in self.framer.feed(data):
                 if isinstance(event, Request):
                     while self.in_flight >= MAX_IN_FLIGHT:  # backpressure: pause reads
                         self.flush()
                         await self.room.wait()
+                    if time.perf_counter() > step_ends:
+                        # A read full of big batches: let the loop breathe between them.
+                        self.flush()
+                        await trio.lowlevel.checkpoint()
+                        step_ends = time.perf_counter() + STEP_BUDGET_S
                     self._start(event)
                 elif isinstance(event, BadFrame):
                     self.send(encode_error(None, Refused("bad_frame", event.message)))
@@ -128,6 +133,22 @@ class Connection:
                     self.closing = True
                     break
             self.flush()
+
+    async def _receive(self) -> bytes:
+        """The next bytes from the client (b"" at its end).
+
+        Waits for readability first, then reads: a client that waits for each
+        answer before its next request (most of them) has nothing to read yet,
+        so trying first would cost a failed read every time.
+        """
+        while True:
+            try:
+                await trio.lowlevel.wait_readable(self.stream.socket)
+                return os.read(self.fd, RECEIVE_BYTES)
+            except BlockingIOError:
+                continue
+            except (OSError, trio.ClosedResourceError):
+                return b""  # reset, or closed under us: the client is gone
 
     # -- one request: plan, write, answer ----------------------------------------
 

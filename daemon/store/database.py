@@ -105,7 +105,7 @@ class GroupCommit:
     """
 
     def __init__(
-        self, conn: sqlite3.Connection, now_ms: Callable[[], int], budget_s: float = 0.002
+        self, conn: sqlite3.Connection, now_ms: Callable[[], int], budget_s: float = 0.001
     ) -> None:
         self._conn = conn
         self._now_ms = now_ms
