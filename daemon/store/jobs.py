@@ -138,6 +138,12 @@ def fold(conn: sqlite3.Connection, before: Row, payload: str, ready_at: int, now
 def _claim_sql(queues: int) -> str:
     # One indexed, LIMITed probe per queue, merged: the cost is that of reading
     # `max` rows per queue from ix_jobs_ready, whatever the backlog behind them.
+    if queues == 1:
+        return (
+            f"SELECT {COLS} FROM jobs INDEXED BY ix_jobs_ready "
+            "WHERE namespace = ? AND queue = ? AND state = 'pending' "
+            "ORDER BY priority, ready_at, id LIMIT ?"
+        )
     probe = (
         "SELECT * FROM (SELECT id, priority, ready_at FROM jobs INDEXED BY ix_jobs_ready "
         "WHERE namespace = ? AND queue = ? AND state = 'pending' "
@@ -176,9 +182,11 @@ def claim_next(
     params: list[Any] = []
     for queue in queues:
         params += (namespace, queue, limit)
-    params.append(limit)
+    if len(queues) > 1:
+        params.append(limit)
     rows = conn.execute(statement, params).fetchall()
-    rows.sort(key=lambda r: (r[PRIORITY], r[READY_AT], r[ID]))
+    if len(queues) > 1:
+        rows.sort(key=lambda r: (r[PRIORITY], r[READY_AT], r[ID]))
     return mark_running(conn, rows, lease, lease_ms, now)
 
 
