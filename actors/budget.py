@@ -1,0 +1,182 @@
+"""Budget math: the token pool of one budget, exact and free of I/O.
+
+Two strategies (seed 003):
+
+- ``while_in_flight {allocation}``: a job's cost is debited at claim and
+  credited when it leaves ``running``; available = allocation - in flight.
+- ``time_based {allocation, duration_ms, burst?}``: a continuous drip of
+  ``allocation`` tokens per ``duration_ms``, the pool capped at ``burst``
+  (default: the allocation; below or above it is allowed). A new pool starts
+  full.
+
+Tokens of a ``time_based`` pool are kept as integers scaled by
+``duration_ms`` (one token = ``duration_ms`` units; the drip adds
+``allocation`` units per millisecond), so the drip never drifts and "when do
+the tokens suffice" is exact to the millisecond.
+
+An update never creates tokens (seed 001, "A plan upgrade does not hand out
+free tokens"): raising the cap keeps the current count, lowering it clamps the
+count down. Unlike seed 003, a restart does not refill a pool: its state
+(:meth:`TokenPool.snapshot`) is persisted, so a crash loop hands out no free
+burst.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import attrs
+
+WHILE_IN_FLIGHT: Literal["while_in_flight"] = "while_in_flight"
+TIME_BASED: Literal["time_based"] = "time_based"
+
+
+@attrs.frozen
+class Strategy:
+    """How a budget's tokens come back."""
+
+    type: Literal["while_in_flight", "time_based"]
+    duration_ms: int | None = None
+    burst: int | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.type == TIME_BASED:
+            if self.duration_ms is None or self.duration_ms < 1:
+                raise ValueError("strategy.duration_ms must be a positive integer for time_based")
+            if self.burst is not None and self.burst < 1:
+                raise ValueError("strategy.burst must be at least 1")
+        elif self.duration_ms is not None or self.burst is not None:
+            raise ValueError("while_in_flight takes neither duration_ms nor burst")
+
+
+@attrs.frozen
+class BudgetSpec:
+    """A budget's settings: its allocation and strategy."""
+
+    allocation: int
+    strategy: Strategy
+
+    def __attrs_post_init__(self) -> None:
+        if self.allocation < 1:
+            raise ValueError("allocation must be at least 1")
+
+    @property
+    def cap(self) -> int:
+        """The most tokens the pool can hold: ``burst``, else the allocation."""
+        if self.strategy.type == TIME_BASED and self.strategy.burst is not None:
+            return self.strategy.burst
+        return self.allocation
+
+    def max_cost(self) -> int:
+        """The largest cost a job bound to this budget may have."""
+        return min(self.allocation, self.cap)
+
+
+@attrs.frozen
+class PoolState:
+    """What is persisted of a pool: scaled tokens as of an instant, and cost in flight."""
+
+    units: int
+    as_of_ms: int
+    in_flight: int
+
+
+class TokenPool:
+    """The tokens of one budget under its strategy."""
+
+    def __init__(self, spec: BudgetSpec, now_ms: int, state: PoolState | None = None) -> None:
+        self.spec = spec
+        if state is None:  # a new budget starts full
+            self._units = spec.cap * self._scale
+            self._as_of = now_ms
+            self.in_flight = 0
+        else:
+            self._units, self._as_of, self.in_flight = state.units, state.as_of_ms, state.in_flight
+            self._units = min(self._units, spec.cap * self._scale)
+
+    @property
+    def _scale(self) -> int:
+        return self.spec.strategy.duration_ms or 1
+
+    @property
+    def time_based(self) -> bool:
+        return self.spec.strategy.type == TIME_BASED
+
+    def _units_at(self, now_ms: int) -> int:
+        cap = self.spec.cap * self._scale
+        if self._units >= cap:
+            return cap
+        return min(cap, self._units + max(0, now_ms - self._as_of) * self.spec.allocation)
+
+    def available(self, now_ms: int) -> float:
+        """Tokens available now (fractional for ``time_based``)."""
+        if self.time_based:
+            return self._units_at(now_ms) / self._scale
+        return float(self.spec.allocation - self.in_flight)
+
+    def can_debit(self, cost: int, now_ms: int) -> bool:
+        """True if ``cost`` tokens can be debited now."""
+        if self.time_based:
+            return self._units_at(now_ms) >= cost * self._scale
+        return self.in_flight + cost <= self.spec.allocation
+
+    def debit(self, cost: int, now_ms: int) -> bool:
+        """Debit ``cost`` if affordable; False (and nothing changed) if not."""
+        if not self.can_debit(cost, now_ms):
+            return False
+        if self.time_based:
+            self._units = self._units_at(now_ms) - cost * self._scale
+            self._as_of = now_ms
+        self.in_flight += cost
+        return True
+
+    def credit(self, cost: int) -> None:
+        """A job left ``running``: its cost is no longer in flight (which gives
+        ``while_in_flight`` tokens back; ``time_based`` tokens only drip)."""
+        self.in_flight = max(0, self.in_flight - cost)
+
+    def eligible_at(self, cost: int, now_ms: int) -> int | None:
+        """The first instant ``cost`` can be debited, if nothing else happens.
+
+        Exact for ``time_based``; None for ``while_in_flight`` when it cannot be
+        debited now (it depends on jobs finishing) and for a cost above the cap.
+        """
+        if cost > self.spec.max_cost():
+            return None
+        if self.can_debit(cost, now_ms):
+            return now_ms
+        if not self.time_based:
+            return None
+        deficit = cost * self._scale - self._units_at(now_ms)
+        return now_ms + -(-deficit // self.spec.allocation)  # ceil division
+
+    def update(self, spec: BudgetSpec, now_ms: int, in_flight: int | None = None) -> None:
+        """New settings without new tokens: keep the count, clamp it to the new cap.
+
+        ``in_flight`` (the cost held by running jobs) is needed when switching
+        to ``while_in_flight``.
+        """
+        was_time_based, old_scale = self.time_based, self._scale
+        units = self._units_at(now_ms) if was_time_based else 0
+        before = self.available(now_ms)
+        self.spec = spec
+        if in_flight is not None:
+            self.in_flight = in_flight
+        if spec.strategy.type == TIME_BASED:
+            scale = self._scale
+            # Exact in the same unit; rounded down across units, so a change of
+            # unit never adds a token.
+            same_unit = was_time_based and scale == old_scale
+            kept = units if same_unit else int(max(0.0, before) * scale)
+            self._units = min(kept, spec.cap * scale)
+            self._as_of = now_ms
+
+    def snapshot(self, now_ms: int) -> PoolState:
+        """The state to persist."""
+        if self.time_based:
+            return PoolState(self._units_at(now_ms), now_ms, self.in_flight)
+        return PoolState(0, now_ms, self.in_flight)
+
+    def describe(self, now_ms: int) -> dict[str, Any]:
+        """``{available, in_flight}`` for a budget object's ``state``."""
+        return {"available": self.available(now_ms), "in_flight": self.in_flight}
