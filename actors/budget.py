@@ -48,6 +48,15 @@ class Strategy:
         elif self.duration_ms is not None or self.burst is not None:
             raise ValueError("while_in_flight takes neither duration_ms nor burst")
 
+    def to_dict(self) -> dict[str, Any]:
+        """The strategy object of the wire contract (absent fields omitted)."""
+        out: dict[str, Any] = {"type": self.type}
+        if self.duration_ms is not None:
+            out["duration_ms"] = self.duration_ms
+        if self.burst is not None:
+            out["burst"] = self.burst
+        return out
+
 
 @attrs.frozen
 class BudgetSpec:
@@ -180,3 +189,34 @@ class TokenPool:
     def describe(self, now_ms: int) -> dict[str, Any]:
         """``{available, in_flight}`` for a budget object's ``state``."""
         return {"available": self.available(now_ms), "in_flight": self.in_flight}
+
+
+@attrs.define
+class Budget:
+    """A named budget of a namespace: its settings, its pool and its history."""
+
+    namespace: str
+    key: str
+    pool: TokenPool
+    created_at: int
+    updated_at: int
+    #: "api", or "config" when provisioned by the config file (then read-only).
+    source: str = "api"
+    #: Jobs parked on this budget (dispatch keeps it).
+    parked: int = 0
+
+    @property
+    def spec(self) -> BudgetSpec:
+        """The budget's current settings."""
+        return self.pool.spec
+
+    def to_wire(self, now_ms: int) -> dict[str, Any]:
+        """The budget object of the wire contract (seed 003's shape plus ``state``)."""
+        return {
+            "key": self.key,
+            "allocation": self.spec.allocation,
+            "strategy": self.spec.strategy.to_dict(),
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "state": {**self.pool.describe(now_ms), "parked": self.parked},
+        }

@@ -14,6 +14,7 @@ import sqlite_utils
 import trio
 
 from actors import lifecycle as lc
+from actors.budget import Budget
 from actors.clock import Clock
 from actors.counts import QueueCounts
 from actors.ids import IdMint
@@ -23,6 +24,7 @@ from daemon import __version__
 from daemon.config import Config
 from daemon.metrics import Metrics
 from daemon.session import Authenticator
+from daemon.store import budgets as budget_sql
 from daemon.store import jobs as sql
 from daemon.store import queues as queue_sql
 from daemon.store.database import GroupCommit, Tx
@@ -58,6 +60,7 @@ class Core:
         #: lease in the store, so a stale entry is harmless. Bounded: jobs with
         #: big payloads, or past the cap, are simply looked up in the store.
         self.running: dict[str, sql.Row] = {}
+        self.budgets: dict[QueueKey, Budget] = {}  # by (namespace, key)
         self.recover()
 
     # -- start-up -------------------------------------------------------------
@@ -66,6 +69,7 @@ class Core:
         """Rebuild in-memory state from the store."""
         self.counts.load(sql.state_counts(self.conn))
         self.known_queues = {(ns, q) for ns, q, _c, _d in queue_sql.all_queues(self.conn)}
+        self.budgets = {(r[0], r[1]): budget_sql.load(r) for r in budget_sql.all_budgets(self.conn)}
         self.metrics.bind(self)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:

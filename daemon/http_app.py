@@ -32,6 +32,14 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 MAX_BODY = 1_048_576
+#: Budget routes (seed 003): method -> (verb, success status).
+_BUDGET_VERBS = {
+    "GET": ("budget_get", 200),
+    "POST": ("budget_create", 201),
+    "PUT": ("budget_put", 200),
+    "PATCH": ("budget_patch", 200),
+    "DELETE": ("budget_delete", 204),
+}
 #: An oversized body up to this size is read and dropped before the 413 goes out.
 MAX_DISCARD = 16 * MAX_BODY
 JSON = "application/json"
@@ -113,10 +121,29 @@ class HttpApp:
             if "namespace" in query:
                 args["namespace"] = query["namespace"]
             return Reply(200, (await self._call(session, "get", args))["job"])
-        known = path in ("/jobs", "/healthz", "/metrics", "/")
-        if known or path.startswith(("/jobs/", "/v1/ops/")):
+        if path == "/budgets" and method == "GET":
+            scoped = {"namespace": query["namespace"]} if "namespace" in query else {}
+            return Reply(200, await self._call(session, "budget_list", scoped))
+        if path.startswith("/budgets/") and method in _BUDGET_VERBS:
+            return await self._budget(session, method, path[len("/budgets/") :], query, receive,
+                                      headers)  # fmt: skip
+        known = path in ("/jobs", "/healthz", "/metrics", "/", "/budgets")
+        if known or path.startswith(("/jobs/", "/v1/ops/", "/budgets/")):
             return Reply(405, {"error": f"method {method} not allowed", "code": "invalid_argument"})
         return Reply(404, {"error": f"no route {path}", "code": "not_found"})
+
+    async def _budget(self, session: Session, method: str, key: str, query: dict[str, str],
+                      receive: Receive, headers: dict[str, str]) -> Reply:  # fmt: skip
+        """Seed 003's budget routes: the bare budget object, 201 on create, 204 on delete."""
+        verb, status = _BUDGET_VERBS[method]
+        body = await _read_body(receive, headers) if method in ("POST", "PUT", "PATCH") else {}
+        if not isinstance(body, dict):
+            raise Refused("bad_frame", "the body must be a JSON object")
+        args = {**body, "key": key}
+        if "namespace" in query:
+            args["namespace"] = query["namespace"]
+        result = await self._call(session, verb, args)
+        return Reply(status, result.get("budget"))
 
     def _session(self, headers: dict[str, str]) -> Session:
         auth = self.core.auth

@@ -35,7 +35,8 @@ def structure(args: dict[str, Any], cls: type[T]) -> T:
         _name_refused_fields(exc)
         problems = describe(exc)
         field, message = problems[0] if problems else ("", str(exc))
-        raise invalid(field, f"{field}: {message}" if field else message) from None
+        named = not field or message.startswith(field.rsplit(".", 1)[-1])
+        raise invalid(field, message if named else f"{field}: {message}") from None
 
 
 def _name_refused_fields(exc: BaseException) -> None:

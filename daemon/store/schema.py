@@ -102,7 +102,34 @@ def _v1_jobs_settings_audit(db: sqlite_utils.Database) -> None:
     db["audit"].create_index(["namespace", "target_kind", "target", "id"], "ix_audit_target")
 
 
-MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_v1_jobs_settings_audit]
+def _v2_budgets(db: sqlite_utils.Database) -> None:
+    # A budget's settings and its token pool's persisted state (actors.budget.PoolState),
+    # so a restart neither refills a drip nor forgets what is in flight.
+    db["budgets"].create(
+        {
+            "namespace": str,
+            "key": str,
+            "allocation": int,
+            "strategy": str,
+            "created_at": int,
+            "updated_at": int,
+            "units": int,
+            "as_of_ms": int,
+            "in_flight": int,
+            "source": str,
+        },
+        pk=("namespace", "key"),
+        not_null={
+            "namespace", "key", "allocation", "strategy", "created_at", "updated_at",
+            "units", "as_of_ms", "in_flight", "source",
+        },
+    )  # fmt: skip
+
+
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
+    _v1_jobs_settings_audit,
+    _v2_budgets,
+]
 
 
 def schema_version(db: sqlite_utils.Database) -> int:

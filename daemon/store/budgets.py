@@ -1,0 +1,69 @@
+"""Named SQL for the ``budgets`` table: settings and persisted pool state."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+import orjson
+
+from actors.budget import Budget, BudgetSpec, PoolState, Strategy, TokenPool
+
+_COLS = (
+    "namespace, key, allocation, strategy, created_at, updated_at, units, as_of_ms, in_flight, "
+    "source"
+)
+
+Row = tuple[Any, ...]
+
+
+def all_budgets(conn: sqlite3.Connection) -> list[Row]:
+    """Every budget of every namespace, in key order."""
+    return conn.execute(f"SELECT {_COLS} FROM budgets ORDER BY namespace, key").fetchall()
+
+
+def save(
+    conn: sqlite3.Connection,
+    namespace: str,
+    key: str,
+    *,
+    allocation: int,
+    strategy: dict[str, Any],
+    created_at: int,
+    updated_at: int,
+    units: int,
+    as_of_ms: int,
+    in_flight: int,
+    source: str,
+) -> None:
+    """Insert or replace one budget."""
+    conn.execute(
+        f"INSERT OR REPLACE INTO budgets ({_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (namespace, key, allocation, orjson.dumps(strategy).decode(), created_at, updated_at,
+         units, as_of_ms, in_flight, source),
+    )  # fmt: skip
+
+
+def get(conn: sqlite3.Connection, namespace: str, key: str) -> Row | None:
+    """One budget's row, or None."""
+    return conn.execute(
+        f"SELECT {_COLS} FROM budgets WHERE namespace = ? AND key = ?", (namespace, key)
+    ).fetchone()
+
+
+def count(conn: sqlite3.Connection) -> int:
+    """How many budgets the daemon has, all namespaces together."""
+    return conn.execute("SELECT count(*) FROM budgets").fetchone()[0]
+
+
+def delete(conn: sqlite3.Connection, namespace: str, key: str) -> None:
+    """Remove one budget."""
+    conn.execute("DELETE FROM budgets WHERE namespace = ? AND key = ?", (namespace, key))
+
+
+def load(row: Row) -> Budget:
+    """A budget (settings and pool state) from its stored row."""
+    namespace, key, allocation, strategy, created, updated, units, as_of, in_flight, source = row
+    spec = BudgetSpec(allocation, Strategy(**orjson.loads(strategy)))
+    pool = TokenPool(spec, as_of, PoolState(units, as_of, in_flight))
+    return Budget(namespace, key, pool, created, updated, source)

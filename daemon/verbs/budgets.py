@@ -1,0 +1,227 @@
+"""Budgets (grant ``manage``): ``budget_list``, ``budget_get``, ``budget_create``,
+``budget_put``, ``budget_patch``, ``budget_delete``, shaped as seed 003.
+
+An update never creates tokens (:meth:`actors.budget.TokenPool.update`). Every
+write is audited (``target_kind: "budget"``). Jobs cannot bind to budgets yet
+(``enqueue`` refuses ``budgets`` until dispatch enforces them), so no update or
+delete can strand a bound job.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from actors.budget import Budget, BudgetSpec, Strategy, TokenPool
+from actors.errors import Refused, invalid, not_found
+from daemon.store import audit
+from daemon.store import budgets as budget_sql
+from daemon.store.database import Tx
+from daemon.verbs.table import Call, NoArgs, Plan, answer_now, verb
+from daemon.wire import between, name
+
+if TYPE_CHECKING:
+    from daemon.core import Core
+
+MAX_TOKENS = 2**31 - 1  # seed 003: allocation and burst are int32
+ABSENT: Any = object()
+
+
+def parse_strategy(value: Any, field: str = "strategy") -> Strategy:
+    """A wire strategy object to a :class:`Strategy`, or ``invalid_argument``."""
+    if not isinstance(value, dict):
+        raise invalid(field, f"{field} must be an object")
+    extra = sorted(set(value) - {"type", "duration_ms", "burst"})
+    if extra:
+        raise invalid(f"{field}.{extra[0]}", f"{field}: unknown field {extra[0]!r}")
+    kind = value.get("type")
+    if kind not in ("while_in_flight", "time_based"):
+        raise invalid(f"{field}.type", f"{field}.type must be while_in_flight or time_based")
+    duration, burst = value.get("duration_ms"), value.get("burst")
+    for part, number in (("duration_ms", duration), ("burst", burst)):
+        if number is not None and (type(number) is not int or not 1 <= number <= MAX_TOKENS):
+            raise invalid(f"{field}.{part}", f"{field}.{part} must be an integer >= 1")
+    if kind == "time_based" and duration is None:
+        raise invalid(f"{field}.duration_ms", f"{field}.duration_ms is required for time_based")
+    if kind == "while_in_flight" and (duration is not None or burst is not None):
+        bad = "duration_ms" if duration is not None else "burst"
+        raise invalid(f"{field}.{bad}", f"{field}.{bad} applies to time_based budgets only")
+    return Strategy(kind, duration, burst)
+
+
+def _save(tx: Tx, budget: Budget) -> None:
+    state = budget.pool.snapshot(tx.now_ms)
+    budget_sql.save(
+        tx.conn, budget.namespace, budget.key, allocation=budget.spec.allocation,
+        strategy=budget.spec.strategy.to_dict(), created_at=budget.created_at,
+        updated_at=budget.updated_at, units=state.units, as_of_ms=state.as_of_ms,
+        in_flight=state.in_flight, source=budget.source,
+    )  # fmt: skip
+
+
+@attrs.frozen
+class BudgetKeyArgs:
+    key: str = attrs.field(validator=name)
+
+
+@attrs.frozen
+class BudgetSetArgs:
+    key: str = attrs.field(validator=name)
+    allocation: int = attrs.field(validator=between(1, MAX_TOKENS))
+    strategy: Any = None
+
+    def spec(self) -> BudgetSpec:
+        return BudgetSpec(self.allocation, parse_strategy(self.strategy))
+
+
+@attrs.frozen
+class BudgetPatchArgs:
+    """A JSON merge patch: absent leaves a field, null resets it to its default."""
+
+    key: str = attrs.field(validator=name)
+    allocation: Any = ABSENT
+    strategy: Any = ABSENT
+
+
+def _current(core: Core, tx: Tx, namespace: str, key: str) -> Budget | None:
+    """The budget as this transaction sees it (memory, or a row written earlier in it)."""
+    row = budget_sql.get(tx.conn, namespace, key)
+    if row is None:
+        return None
+    known = core.budgets.get((namespace, key))
+    return known if known is not None and known.updated_at == row[5] else budget_sql.load(row)
+
+
+def _visible(core: Core, call: Call, key: str) -> Budget:
+    budget = core.budgets.get((call.namespace, key))
+    if budget is None:
+        raise not_found(f"budget {key!r}")
+    return budget
+
+
+def _writable(budget: Budget) -> None:
+    if budget.source == "config":
+        raise Refused("conflict", f"budget {budget.key!r} is managed by config file")
+
+
+def _record(core: Core, call: Call, tx: Tx, key: str, action: str, before: Any, after: Any) -> None:
+    audit.record(
+        tx.conn, at=tx.now_ms, actor=call.session.token_name or "open", namespace=call.namespace,
+        target_kind="budget", target=key, action=action, before=before, after=after,
+    )  # fmt: skip
+
+
+def _store(core: Core, call: Call, tx: Tx, budget: Budget, action: str, before: Any) -> Budget:
+    _save(tx, budget)
+    _record(core, call, tx, budget.key, action, before, budget.to_wire(tx.now_ms))
+    tx.after(lambda: core.budgets.__setitem__((budget.namespace, budget.key), budget))
+    return budget
+
+
+def _create(core: Core, call: Call, tx: Tx, key: str, spec: BudgetSpec) -> Budget:
+    limit = core.config.daemon.max_budgets
+    count = budget_sql.count(tx.conn)
+    if count + 1 > limit:
+        raise Refused(
+            "quota_exceeded", f"max_budgets exceeded: {count + 1} > {limit}",
+            limit="max_budgets", value=count + 1, max=limit,
+        )  # fmt: skip
+    budget = Budget(call.namespace, key, TokenPool(spec, tx.now_ms), tx.now_ms, tx.now_ms)
+    return _store(core, call, tx, budget, "create", None)
+
+
+def _update(core: Core, call: Call, tx: Tx, budget: Budget, spec: BudgetSpec) -> Budget:
+    _writable(budget)
+    before = budget.to_wire(tx.now_ms)
+    pool = TokenPool(budget.spec, tx.now_ms, budget.pool.snapshot(tx.now_ms))
+    pool.update(spec, tx.now_ms)  # never creates tokens
+    fresh = attrs.evolve(budget, pool=pool, updated_at=tx.now_ms)
+    return _store(core, call, tx, fresh, "update", before)
+
+
+def _answer(core: Core) -> Any:
+    return lambda budget: {"budget": budget.to_wire(core.clock.now_ms())}
+
+
+@verb("budget_list", ("manage",), NoArgs, manage=True)
+def budget_list(core: Core, call: Call, _a: NoArgs) -> Plan:
+    """Every budget of the namespace, by key."""
+    now = core.clock.now_ms()
+    mine = sorted(b for (ns, b) in core.budgets if ns == call.namespace)
+    return answer_now({"budgets": [core.budgets[(call.namespace, k)].to_wire(now) for k in mine]})
+
+
+@verb("budget_get", ("manage",), BudgetKeyArgs, manage=True)
+def budget_get(core: Core, call: Call, a: BudgetKeyArgs) -> Plan:
+    """One budget."""
+    return answer_now({"budget": _visible(core, call, a.key).to_wire(core.clock.now_ms())})
+
+
+@verb("budget_create", ("manage",), BudgetSetArgs, manage=True)
+def budget_create(core: Core, call: Call, a: BudgetSetArgs) -> Plan:
+    """Create a budget; ``conflict`` if it exists."""
+    spec = a.spec()
+
+    def write(tx: Tx) -> Budget:
+        if budget_sql.get(tx.conn, call.namespace, a.key) is not None:
+            raise Refused("conflict", f"budget {a.key!r} already exists")
+        return _create(core, call, tx, a.key, spec)
+
+    return Plan(write, _answer(core))
+
+
+@verb("budget_put", ("manage",), BudgetSetArgs, manage=True)
+def budget_put(core: Core, call: Call, a: BudgetSetArgs) -> Plan:
+    """Create a budget, or replace its settings (keeping its tokens)."""
+    spec = a.spec()
+
+    def write(tx: Tx) -> Budget:
+        budget = _current(core, tx, call.namespace, a.key)
+        if budget is None:
+            return _create(core, call, tx, a.key, spec)
+        return _update(core, call, tx, budget, spec)
+
+    return Plan(write, _answer(core))
+
+
+@verb("budget_patch", ("manage",), BudgetPatchArgs, manage=True)
+def budget_patch(core: Core, call: Call, a: BudgetPatchArgs) -> Plan:
+    """Merge-patch a budget's settings (null resets a field to its default)."""
+    if a.allocation is not ABSENT and (type(a.allocation) is not int or a.allocation < 1):
+        raise invalid("allocation", "allocation must be an integer >= 1 (it has no default)")
+    if a.strategy is not ABSENT and not isinstance(a.strategy, dict):
+        raise invalid("strategy", "strategy must be an object (it has no default)")
+
+    def write(tx: Tx) -> Budget:
+        budget = _current(core, tx, call.namespace, a.key)
+        if budget is None:
+            raise not_found(f"budget {a.key!r}")
+        strategy = budget.spec.strategy.to_dict()
+        if a.strategy is not ABSENT:
+            strategy.update(a.strategy)
+            strategy = {k: v for k, v in strategy.items() if v is not None}
+            if strategy.get("type") == "while_in_flight":  # a type change drops the others
+                strategy = {"type": "while_in_flight"}
+        allocation = budget.spec.allocation if a.allocation is ABSENT else a.allocation
+        spec = BudgetSpec(allocation, parse_strategy(strategy))
+        return _update(core, call, tx, budget, spec)
+
+    return Plan(write, _answer(core))
+
+
+@verb("budget_delete", ("manage",), BudgetKeyArgs, manage=True)
+def budget_delete(core: Core, call: Call, a: BudgetKeyArgs) -> Plan:
+    """Delete a budget."""
+
+    def write(tx: Tx) -> dict[str, Any]:
+        budget = _current(core, tx, call.namespace, a.key)
+        if budget is None:
+            raise not_found(f"budget {a.key!r}")
+        _writable(budget)
+        budget_sql.delete(tx.conn, call.namespace, a.key)
+        _record(core, call, tx, a.key, "delete", budget.to_wire(tx.now_ms), None)
+        tx.after(lambda: core.budgets.pop((call.namespace, a.key), None))
+        return {}
+
+    return Plan(write)
