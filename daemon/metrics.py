@@ -1,6 +1,6 @@
 """Prometheus metrics, on a registry of the daemon's own.
 
-The ``queue`` label is capped: the first ``max_queues`` distinct queue names
+The ``queue`` (and ``budget``) label is capped: the first ``max_queues`` distinct queue names
 get their own value, later ones are folded into ``__other__``, so a producer
 inventing queue names cannot blow up the series count. Gauges are read from
 the in-memory counts at scrape time, never by counting rows.
@@ -47,6 +47,8 @@ class Metrics:
     def __init__(self, max_queues: int = 100) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.label = QueueLabels(max_queues)
+        #: Budget keys share the queue label's cap (``daemon.metrics_max_queues``).
+        self.budget_label = QueueLabels(max_queues)
         r = self.registry
         self._enqueued = Counter(
             "sluicegate_jobs_enqueued", "Jobs enqueued.", ["queue"], registry=r
@@ -59,6 +61,9 @@ class Metrics:
             "sluicegate_jobs_failed", "Failed attempts reported by workers.", ["queue"], registry=r
         )
         self._dead = Counter("sluicegate_jobs_dead", "Jobs that went dead.", ["queue"], registry=r)
+        self.budget_debits = Counter(
+            "sluicegate_budget_debits", "Tokens debited from budgets.", ["budget"], registry=r
+        )
         self._claim_wait = Histogram(
             "sluicegate_claim_wait_seconds",
             "Time from a job's ready_at to its claim.",
@@ -79,7 +84,7 @@ class Metrics:
     def bind(self, core: Core) -> None:
         """Read gauges from ``core`` at scrape time."""
         if self._core is None:
-            self.registry.register(_Gauges(core, self.label))
+            self.registry.register(_Gauges(core, self.label, self.budget_label))
         self._core = core
 
     def _child(self, metric: Counter, queue: str) -> Any:
@@ -128,9 +133,36 @@ class Metrics:
 
 
 class _Gauges(Collector):
-    def __init__(self, core: Core, label: QueueLabels) -> None:
+    def __init__(self, core: Core, label: QueueLabels, budget_label: QueueLabels) -> None:
         self._core = core
         self._label = label
+        self._budget_label = budget_label
+
+    def _budgets(self) -> Iterator[GaugeMetricFamily]:
+        now = self._core.clock.now_ms()
+        families = {
+            "available": GaugeMetricFamily(
+                "sluicegate_budget_available", "Tokens a budget has now.", labels=["budget"]
+            ),
+            "in_flight": GaugeMetricFamily(
+                "sluicegate_budget_in_flight", "Cost held by running jobs.", labels=["budget"]
+            ),
+            "parked": GaugeMetricFamily(
+                "sluicegate_budget_parked_jobs", "Jobs parked on a budget.", labels=["budget"]
+            ),
+        }
+        folded: dict[tuple[str, str], float] = {}
+        for (_ns, key), budget in sorted(self._core.budgets.items()):
+            label = self._budget_label(key)
+            for name, value in (
+                ("available", budget.pool.available(now)),
+                ("in_flight", budget.pool.in_flight),
+                ("parked", budget.parked),
+            ):
+                folded[(name, label)] = folded.get((name, label), 0) + value
+        for (name, label), value in folded.items():
+            families[name].add_metric([label], value)
+        yield from families.values()
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         jobs = GaugeMetricFamily(
@@ -144,6 +176,7 @@ class _Gauges(Collector):
         for (label, status), n in sorted(folded.items()):
             jobs.add_metric([label, status], n)
         yield jobs
+        yield from self._budgets()
         stats = self._core.router.statistics()
         waiting = GaugeMetricFamily("sluicegate_waiting_claims", "Claims waiting for work.")
         waiting.add_metric([], stats.waiters)

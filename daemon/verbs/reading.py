@@ -109,7 +109,11 @@ def status(core: Core, call: Call, _a: NoArgs) -> Plan:
         {
             "namespace": call.namespace,
             "queues": queue_rows(core, call),
-            "budgets": [],
+            "budgets": [
+                b.to_wire(core.clock.now_ms())
+                for (ns, _key), b in sorted(core.budgets.items())
+                if ns == call.namespace
+            ],
             "quota": None,
             "daemon": core.version_info(),
         }
