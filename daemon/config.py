@@ -18,6 +18,7 @@ from typing import Any, Literal
 import attrs
 import cattrs
 
+from actors.budget import BudgetSpec, Strategy
 from daemon.durations import parse_duration_ms
 from daemon.strict import strict_converter
 from daemon.validation import FieldError, at_least, describe
@@ -132,6 +133,8 @@ class Config:
     quotas: dict[str, dict[str, Any]] = attrs.field(factory=dict)
     budgets: dict[str, dict[str, Any]] = attrs.field(factory=dict)
     policies: dict[str, dict[str, Any]] = attrs.field(factory=dict)
+    #: ``budgets`` validated: namespace -> key -> settings (read-only budgets).
+    budget_specs: dict[str, dict[str, BudgetSpec]] = attrs.field(factory=dict)
     #: Where this config came from ("<defaults>" when no file).
     source: str = "<defaults>"
     warnings: tuple[str, ...] = ()
@@ -187,9 +190,58 @@ def parse_config(data: dict[str, Any], source: str) -> Config:
         if digest in seen:
             problems.append(f"{where}: the same token is configured twice")
         seen.add(digest)
+    specs = _budget_specs(config.budgets, problems)
     if problems:
         raise ConfigError(source, problems)
-    return attrs.evolve(config, source=source, warnings=tuple(warnings))
+    return attrs.evolve(config, source=source, warnings=tuple(warnings), budget_specs=specs)
+
+
+def _budget_specs(raw: dict[str, Any], problems: list[str]) -> dict[str, dict[str, BudgetSpec]]:
+    """Validate ``[budgets.<namespace>.<key>]`` tables into budget settings."""
+    specs: dict[str, dict[str, BudgetSpec]] = {}
+    for namespace, table in raw.items():
+        if not NAME_RE.match(namespace) or not isinstance(table, dict):
+            problems.append(f"budgets.{namespace}: expected [budgets.<namespace>.<key>] tables")
+            continue
+        for key, body in table.items():
+            where = f"budgets.{namespace}.{key}"
+            try:
+                specs.setdefault(namespace, {})[key] = _budget_spec(key, body)
+            except FieldError as exc:
+                problems.append(f"{where}.{exc.field}: {exc.message}")
+            except (TypeError, ValueError) as exc:
+                problems.append(f"{where}: {exc}")
+    return specs
+
+
+def _budget_spec(key: str, body: Any) -> BudgetSpec:
+    if not NAME_RE.match(key):
+        raise ValueError("a budget key is 1-128 characters of [A-Za-z0-9._:-]")
+    if not isinstance(body, dict):
+        raise ValueError("expected a table with allocation and strategy")
+    extra = sorted(set(body) - {"allocation", "strategy"})
+    if extra:
+        raise FieldError(extra[0], "unknown field")
+    allocation = body.get("allocation")
+    if type(allocation) is not int or allocation < 1:
+        raise FieldError("allocation", "must be an integer of at least 1")
+    strategy = body.get("strategy")
+    if not isinstance(strategy, dict):
+        raise FieldError("strategy", 'must be a table such as { type = "while_in_flight" }')
+    extra = sorted(set(strategy) - {"type", "duration_ms", "burst"})
+    if extra:
+        raise FieldError(f"strategy.{extra[0]}", "unknown field")
+    duration = strategy.get("duration_ms")
+    try:
+        duration = None if duration is None else parse_duration_ms(duration)
+    except ValueError as exc:
+        raise FieldError("strategy.duration_ms", str(exc)) from None
+    burst = strategy.get("burst")
+    if burst is not None and (type(burst) is not int or burst < 1):
+        raise FieldError("strategy.burst", "must be an integer of at least 1")
+    if strategy.get("type") not in ("while_in_flight", "time_based"):
+        raise FieldError("strategy.type", "must be while_in_flight or time_based")
+    return BudgetSpec(allocation, Strategy(strategy["type"], duration, burst))
 
 
 def load_config(path: str | os.PathLike[str] | None = None) -> Config:

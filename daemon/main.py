@@ -20,6 +20,7 @@ from typing import Any
 import trio
 
 from actors.clock import Clock
+from actors.errors import Refused
 from daemon import systemd
 from daemon.config import Config, ConfigError, load_config
 from daemon.core import Core
@@ -27,6 +28,7 @@ from daemon.http_server import serve_http
 from daemon.socket_server import SocketServer, bind_unix_socket, listener_from_fd
 from daemon.store.checkpointer import Checkpointer
 from daemon.store.database import open_database
+from daemon.verbs.budgets import provision
 
 log = logging.getLogger("sluicegate")
 
@@ -65,6 +67,7 @@ class Daemon:
                 checkpointer = Checkpointer(cfg.database_path())
                 core.writer.after_commit.append(checkpointer.committed)
                 await root.start(checkpointer.run)
+                await self._provision()
                 async with trio.open_nursery() as listeners:
                     server = self.socket_server = SocketServer(core)
                     await listeners.start(server.serve, listener)
@@ -112,28 +115,44 @@ class Daemon:
             task_status.started()
             async for signum in signals:
                 if signum == signal.SIGHUP:
-                    self.reload()
+                    if self.reload():
+                        await self._provision()
                 elif self._stop.is_set():
                     # Keep the handler: a second SIGTERM must not abort the drain.
                     log.info("already stopping")
                 else:
                     self.stop()
 
-    def reload(self) -> None:
-        """SIGHUP: re-read the config file; a broken file keeps the last good one."""
+    async def _provision(self) -> None:
+        """Make the config file's provisioned budgets true in the store."""
+        core = self.core
+        if core is None:
+            return
+        try:
+            await core.writer.write(provision(core, self.config.budget_specs))
+        except Refused as exc:
+            log.error("provisioning budgets from %s failed: %s", self.config.source, exc.message)
+            core.problems.append(f"provisioning budgets failed: {exc.message}")
+
+    def reload(self) -> bool:
+        """SIGHUP: re-read the config file; a broken file keeps the last good one.
+
+        True when the fresh config was taken.
+        """
         try:
             fresh = load_config(self.config.source if self.config.source != "<defaults>" else None)
         except ConfigError as exc:
             log.error("reload refused, keeping the last good config: %s", exc)
             if self.core is not None:
                 self.core.problems = [f"config reload failed, last good config in force: {exc}"]
-            return
+            return False
         log.info("config reloaded from %s", fresh.source)
         # Settings that need a restart (paths, listeners) keep their running values;
         # later features read quotas, budgets and policies from the fresh config.
         self.config = fresh
         if self.core is not None:
             self.core.reload(fresh)
+        return True
 
 
 def _settle_heap() -> None:

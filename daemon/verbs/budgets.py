@@ -9,6 +9,7 @@ delete can strand a bound job.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -105,21 +106,24 @@ def _writable(budget: Budget) -> None:
         raise Refused("conflict", f"budget {budget.key!r} is managed by config file")
 
 
-def _record(core: Core, call: Call, tx: Tx, key: str, action: str, before: Any, after: Any) -> None:
-    audit.record(
-        tx.conn, at=tx.now_ms, actor=call.session.token_name or "open", namespace=call.namespace,
-        target_kind="budget", target=key, action=action, before=before, after=after,
-    )  # fmt: skip
+def _actor(call: Call) -> str:
+    return call.session.token_name or "open"
 
 
-def _store(core: Core, call: Call, tx: Tx, budget: Budget, action: str, before: Any) -> Budget:
+def _store(core: Core, tx: Tx, actor: str, budget: Budget, action: str, before: Any) -> Budget:
     _save(tx, budget)
-    _record(core, call, tx, budget.key, action, before, budget.to_wire(tx.now_ms))
+    audit.record(
+        tx.conn, at=tx.now_ms, actor=actor, namespace=budget.namespace, target_kind="budget",
+        target=budget.key, action=action, before=before, after=budget.to_wire(tx.now_ms),
+    )  # fmt: skip
     tx.after(lambda: core.budgets.__setitem__((budget.namespace, budget.key), budget))
     return budget
 
 
-def _create(core: Core, call: Call, tx: Tx, key: str, spec: BudgetSpec) -> Budget:
+def _create(
+    core: Core, tx: Tx, actor: str, namespace: str, key: str, spec: BudgetSpec,
+    source: str = "api",
+) -> Budget:  # fmt: skip
     limit = core.config.daemon.max_budgets
     count = budget_sql.count(tx.conn)
     if count + 1 > limit:
@@ -127,17 +131,42 @@ def _create(core: Core, call: Call, tx: Tx, key: str, spec: BudgetSpec) -> Budge
             "quota_exceeded", f"max_budgets exceeded: {count + 1} > {limit}",
             limit="max_budgets", value=count + 1, max=limit,
         )  # fmt: skip
-    budget = Budget(call.namespace, key, TokenPool(spec, tx.now_ms), tx.now_ms, tx.now_ms)
-    return _store(core, call, tx, budget, "create", None)
+    budget = Budget(namespace, key, TokenPool(spec, tx.now_ms), tx.now_ms, tx.now_ms, source)
+    return _store(core, tx, actor, budget, "create", None)
 
 
-def _update(core: Core, call: Call, tx: Tx, budget: Budget, spec: BudgetSpec) -> Budget:
-    _writable(budget)
+def _update(
+    core: Core, tx: Tx, actor: str, budget: Budget, spec: BudgetSpec, source: str = "api"
+) -> Budget:
     before = budget.to_wire(tx.now_ms)
     pool = TokenPool(budget.spec, tx.now_ms, budget.pool.snapshot(tx.now_ms))
     pool.update(spec, tx.now_ms)  # never creates tokens
-    fresh = attrs.evolve(budget, pool=pool, updated_at=tx.now_ms)
-    return _store(core, call, tx, fresh, "update", before)
+    fresh = attrs.evolve(budget, pool=pool, updated_at=tx.now_ms, source=source)
+    return _store(core, tx, actor, fresh, "update", before)
+
+
+def provision(core: Core, budgets: dict[str, dict[str, BudgetSpec]]) -> Callable[[Tx], None]:
+    """The write that makes the config file's ``[budgets.<ns>.<key>]`` tables true.
+
+    Provisioned budgets are created or updated (never gaining tokens) and
+    become read-only through the API; a budget that left the file is kept and
+    becomes the API's again.
+    """
+
+    def write(tx: Tx) -> None:
+        wanted = {(ns, key) for ns, table in budgets.items() for key in table}
+        for (ns, key), budget in list(core.budgets.items()):
+            if budget.source == "config" and (ns, key) not in wanted:
+                _update(core, tx, "config", budget, budget.spec, source="api")
+        for ns, table in budgets.items():
+            for key, spec in table.items():
+                budget = _current(core, tx, ns, key)
+                if budget is None:
+                    _create(core, tx, "config", ns, key, spec, source="config")
+                elif budget.spec != spec or budget.source != "config":
+                    _update(core, tx, "config", budget, spec, source="config")
+
+    return write
 
 
 def _answer(core: Core) -> Any:
@@ -166,7 +195,7 @@ def budget_create(core: Core, call: Call, a: BudgetSetArgs) -> Plan:
     def write(tx: Tx) -> Budget:
         if budget_sql.get(tx.conn, call.namespace, a.key) is not None:
             raise Refused("conflict", f"budget {a.key!r} already exists")
-        return _create(core, call, tx, a.key, spec)
+        return _create(core, tx, _actor(call), call.namespace, a.key, spec)
 
     return Plan(write, _answer(core))
 
@@ -179,8 +208,9 @@ def budget_put(core: Core, call: Call, a: BudgetSetArgs) -> Plan:
     def write(tx: Tx) -> Budget:
         budget = _current(core, tx, call.namespace, a.key)
         if budget is None:
-            return _create(core, call, tx, a.key, spec)
-        return _update(core, call, tx, budget, spec)
+            return _create(core, tx, _actor(call), call.namespace, a.key, spec)
+        _writable(budget)
+        return _update(core, tx, _actor(call), budget, spec)
 
     return Plan(write, _answer(core))
 
@@ -205,7 +235,8 @@ def budget_patch(core: Core, call: Call, a: BudgetPatchArgs) -> Plan:
                 strategy = {"type": "while_in_flight"}
         allocation = budget.spec.allocation if a.allocation is ABSENT else a.allocation
         spec = BudgetSpec(allocation, parse_strategy(strategy))
-        return _update(core, call, tx, budget, spec)
+        _writable(budget)
+        return _update(core, tx, _actor(call), budget, spec)
 
     return Plan(write, _answer(core))
 
@@ -220,7 +251,11 @@ def budget_delete(core: Core, call: Call, a: BudgetKeyArgs) -> Plan:
             raise not_found(f"budget {a.key!r}")
         _writable(budget)
         budget_sql.delete(tx.conn, call.namespace, a.key)
-        _record(core, call, tx, a.key, "delete", budget.to_wire(tx.now_ms), None)
+        audit.record(
+            tx.conn, at=tx.now_ms, actor=_actor(call), namespace=call.namespace,
+            target_kind="budget", target=a.key, action="delete",
+            before=budget.to_wire(tx.now_ms), after=None,
+        )  # fmt: skip
         tx.after(lambda: core.budgets.pop((call.namespace, a.key), None))
         return {}
 

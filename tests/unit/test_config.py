@@ -54,7 +54,8 @@ def test_full_example_of_the_protocol_parses():
             "tokens": [{"name": "billing-worker", "sha256": SHA, "namespace": "billing",
                         "grants": ["produce", "consume"], "queues": ["*"]}],
             "quotas": {"billing": {"max_pending": 10000, "on_excess": "drop"}},
-            "budgets": {"billing": {"image-service": {"allocation": 10000}}},
+            "budgets": {"billing": {"image-service": {"allocation": 10000, "strategy": {
+                "type": "time_based", "duration_ms": 3_600_000}}}},
             "policies": {"billing": {"investigations": {"max_claims_per_window": 100}}},
         },
         "x.toml",
@@ -261,3 +262,47 @@ def test_an_array_field_takes_only_an_array(data, path):
 def test_a_section_that_is_not_a_table_is_refused():
     assert _problems({"daemon": 5})[0].startswith("daemon: ")
     assert _problems({"quotas": 5})[0].startswith("quotas: ")
+
+
+def test_provisioned_budgets_are_validated_into_specs():
+    config = parse_config(
+        {
+            "budgets": {
+                "billing": {
+                    "image-service": {
+                        "allocation": 10000,
+                        "strategy": {"type": "time_based", "duration_ms": "1h", "burst": 500},
+                    },
+                    "schema-bot": {"allocation": 10, "strategy": {"type": "while_in_flight"}},
+                }
+            }
+        },
+        "f.toml",
+    )
+    specs = config.budget_specs["billing"]
+    assert specs["image-service"].strategy.duration_ms == 3_600_000
+    assert specs["image-service"].cap == 500
+    assert specs["schema-bot"].max_cost() == 10
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        ({"allocation": 0, "strategy": {"type": "while_in_flight"}}, "x.allocation: must be"),
+        ({"allocation": 3}, "x.strategy: must be a table"),
+        ({"allocation": 3, "strategy": {"type": "nope"}}, "x.strategy.type: must be"),
+        ({"allocation": 3, "strategy": {"type": "time_based"}}, "duration_ms must be"),
+        (
+            {"allocation": 3, "strategy": {"type": "time_based", "duration_ms": "x"}},
+            "x.strategy.duration_ms",
+        ),
+        ({"allocation": 3, "strategy": {"type": "while_in_flight", "burst": 2}}, "takes neither"),
+        ({"allocation": 3, "strategy": {"type": "while_in_flight"}, "cost": 1}, "x.cost: unknown"),
+    ],
+)
+def test_bad_provisioned_budgets_name_the_field(body, problem):
+    with pytest.raises(ConfigError) as info:
+        parse_config({"budgets": {"billing": {"x": body}}}, "f.toml")
+    assert any(problem in p and p.startswith("budgets.billing.x") for p in info.value.problems), (
+        info.value.problems
+    )
