@@ -42,7 +42,9 @@ def parse_strategy(value: Any, field: str = "strategy") -> Strategy:
     duration, burst = value.get("duration_ms"), value.get("burst")
     for part, number in (("duration_ms", duration), ("burst", burst)):
         if number is not None and (type(number) is not int or not 1 <= number <= MAX_TOKENS):
-            raise invalid(f"{field}.{part}", f"{field}.{part} must be an integer >= 1")
+            raise invalid(
+                f"{field}.{part}", f"{field}.{part} must be an integer from 1 to {MAX_TOKENS}"
+            )
     if kind == "time_based" and duration is None:
         raise invalid(f"{field}.duration_ms", f"{field}.duration_ms is required for time_based")
     if kind == "while_in_flight" and (duration is not None or burst is not None):
@@ -218,8 +220,12 @@ def budget_put(core: Core, call: Call, a: BudgetSetArgs) -> Plan:
 @verb("budget_patch", ("manage",), BudgetPatchArgs, manage=True)
 def budget_patch(core: Core, call: Call, a: BudgetPatchArgs) -> Plan:
     """Merge-patch a budget's settings (null resets a field to its default)."""
-    if a.allocation is not ABSENT and (type(a.allocation) is not int or a.allocation < 1):
-        raise invalid("allocation", "allocation must be an integer >= 1 (it has no default)")
+    if a.allocation is not ABSENT and (
+        type(a.allocation) is not int or not 1 <= a.allocation <= MAX_TOKENS
+    ):
+        raise invalid(
+            "allocation", f"allocation must be an integer from 1 to {MAX_TOKENS} (no default)"
+        )
     if a.strategy is not ABSENT and not isinstance(a.strategy, dict):
         raise invalid("strategy", "strategy must be an object (it has no default)")
 
@@ -229,10 +235,10 @@ def budget_patch(core: Core, call: Call, a: BudgetPatchArgs) -> Plan:
             raise not_found(f"budget {a.key!r}")
         strategy = budget.spec.strategy.to_dict()
         if a.strategy is not ABSENT:
+            if a.strategy.get("type") not in (None, strategy["type"]):
+                strategy = {"type": a.strategy["type"]}  # a type change drops the others
             strategy.update(a.strategy)
             strategy = {k: v for k, v in strategy.items() if v is not None}
-            if strategy.get("type") == "while_in_flight":  # a type change drops the others
-                strategy = {"type": "while_in_flight"}
         allocation = budget.spec.allocation if a.allocation is ABSENT else a.allocation
         spec = BudgetSpec(allocation, parse_strategy(strategy))
         _writable(budget)

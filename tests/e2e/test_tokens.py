@@ -211,6 +211,48 @@ def _check_queue_configure(w: World) -> None:
     assert a_queues["qa"]["pending"] >= 1  # A's queue of that name is A's still
 
 
+_WIF = {"allocation": 5, "strategy": {"type": "while_in_flight"}}
+
+
+def _a_budget(w: World) -> dict[str, Any]:
+    """A's budget "a-budget" (created once), as A sees it."""
+    found = {b["key"]: b for b in w.a.ok("budget_list")["budgets"]}
+    if "a-budget" not in found:
+        return w.a.ok("budget_create", key="a-budget", **_WIF)["budget"]
+    return found["a-budget"]
+
+
+def _check_budget_hidden(verb: str, **args: Any) -> Callable[[World], None]:
+    def check(w: World) -> None:
+        before = _a_budget(w)
+        err = w.b.error(verb, key="a-budget", **args)
+        assert (err["code"], err["message"]) == ("not_found", "budget 'a-budget' not found")
+        absent = w.b.error(verb, key="no-such-budget", **args)
+        assert absent["message"] == "budget 'no-such-budget' not found"  # same as absent
+        assert _a_budget(w) == before
+
+    return check
+
+
+def _check_budget_list(w: World) -> None:
+    _a_budget(w)
+    assert "a-budget" not in {b["key"] for b in w.b.ok("budget_list")["budgets"]}
+
+
+def _check_budget_own_namespace(verb: str) -> Callable[[World], None]:
+    def check(w: World) -> None:
+        before = _a_budget(w)
+        key = f"{verb}-b"
+        mine = w.b.ok(verb, key=key, allocation=7, strategy={"type": "while_in_flight"})
+        assert mine["budget"]["allocation"] == 7
+        assert key not in {b["key"] for b in w.a.ok("budget_list")["budgets"]}
+        # The same key in B is B's own budget; A's is untouched.
+        w.b.ok(verb, key="a-budget", **_WIF) if verb == "budget_put" else None
+        assert _a_budget(w) == before
+
+    return check
+
+
 #: How each verb is checked for isolation between namespaces. A new verb must
 #: be added here (the test fails until it is): decide how it could leak.
 ISOLATION: dict[str, Callable[[World], None]] = {
@@ -233,6 +275,13 @@ ISOLATION: dict[str, Callable[[World], None]] = {
     "enqueue": _check_enqueue,
     "enqueue_many": _check_enqueue_many,
     "queue_configure": _check_queue_configure,
+    # Budgets: another namespace's are absent; writes land in the caller's.
+    "budget_get": _check_budget_hidden("budget_get"),
+    "budget_patch": _check_budget_hidden("budget_patch", allocation=1),
+    "budget_delete": _check_budget_hidden("budget_delete"),
+    "budget_list": _check_budget_list,
+    "budget_create": _check_budget_own_namespace("budget_create"),
+    "budget_put": _check_budget_own_namespace("budget_put"),
 }
 
 
