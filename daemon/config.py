@@ -173,11 +173,15 @@ def _describe(exc: BaseException) -> list[str]:
 def parse_config(data: dict[str, Any], source: str) -> Config:
     """Build a :class:`Config` from decoded TOML; raise :class:`ConfigError`."""
     data = dict(data)
+    problems: list[str] = []
+    # Budget tables are checked from the raw data, so their problems are listed
+    # beside those of the other sections, whatever else is wrong.
+    budgets = data.get("budgets")
+    specs = _budget_specs(budgets, problems) if isinstance(budgets, dict) else {}
     try:
         config = _converter.structure(data, Config)
     except Exception as exc:  # cattrs wraps every field error; flatten them all
-        raise ConfigError(source, _describe(exc) or [str(exc)]) from None
-    problems: list[str] = []
+        raise ConfigError(source, (_describe(exc) or [str(exc)]) + problems) from None
     warnings: list[str] = []
     seen: set[str] = set()
     for i, token in enumerate(config.tokens):
@@ -190,7 +194,6 @@ def parse_config(data: dict[str, Any], source: str) -> Config:
         if digest in seen:
             problems.append(f"{where}: the same token is configured twice")
         seen.add(digest)
-    specs = _budget_specs(config.budgets, problems)
     if problems:
         raise ConfigError(source, problems)
     return attrs.evolve(config, source=source, warnings=tuple(warnings), budget_specs=specs)

@@ -306,3 +306,18 @@ def test_bad_provisioned_budgets_name_the_field(body, problem):
     assert any(problem in p and p.startswith("budgets.billing.x") for p in info.value.problems), (
         info.value.problems
     )
+
+
+def test_every_problem_is_listed_at_once():
+    with pytest.raises(ConfigError) as info:
+        parse_config(
+            {
+                "daemon": {"leese": "5s"},
+                "budgets": {"d": {"x": {"allocation": 0, "strategy": {"type": "while_in_flight"}}}},
+            },
+            "f.toml",
+        )
+    assert info.value.problems == [
+        "daemon.leese: unknown field 'leese'; did you mean 'lease'?",
+        "budgets.d.x.allocation: must be an integer of at least 1",
+    ]
