@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import os
@@ -258,3 +259,29 @@ def parse_metrics(text: str) -> dict[MetricKey, float]:
 def metric(samples: dict[MetricKey, float], name: str, **labels: str) -> float | None:
     """One sample's value from :func:`parse_metrics` output, or None when absent."""
     return samples.get((name, frozenset(labels.items())))
+
+
+def token_tables(*tokens: dict[str, Any]) -> str:
+    """``[[tokens]]`` tables for a test config.
+
+    Each token is ``{name, namespace, grants, token, queues?, hashed?}``; with
+    ``hashed`` the table holds the token's sha256 instead of the token.
+    """
+    tables = []
+    for t in tokens:
+        secret = (
+            f'sha256 = "{hashlib.sha256(t["token"].encode()).hexdigest()}"'
+            if t.get("hashed")
+            else f'token = "{t["token"]}"'
+        )
+        lines = [
+            "[[tokens]]",
+            f'name = "{t["name"]}"',
+            secret,
+            f'namespace = "{t["namespace"]}"',
+            f"grants = {json.dumps(list(t['grants']))}",
+        ]
+        if "queues" in t:
+            lines.append(f"queues = {json.dumps(list(t['queues']))}")
+        tables.append("\n".join(lines))
+    return "\n" + "\n\n".join(tables) + "\n"

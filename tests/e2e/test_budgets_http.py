@@ -11,7 +11,6 @@ error bodies are seed 003's ``{"error"}`` plus ``code`` and details.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from typing import Any
 
@@ -19,7 +18,7 @@ import httpx
 import msgpack
 import pytest
 
-from tests.support import DaemonProcess, RawClient
+from tests.support import DaemonProcess, RawClient, token_tables
 
 pytestmark = pytest.mark.e2e
 
@@ -468,25 +467,13 @@ def test_raising_allocation_and_burst_hands_out_no_tokens(daemon, connect):
 TOKEN_A = "tok-budget-a-0123"
 TOKEN_B = "tok-budget-b-4567"
 TOKEN_WORKER = "tok-budget-worker-89"
-TOKENS_CONFIG = f"""
-[[tokens]]
-name = "owner-a"
-token = "{TOKEN_A}"
-namespace = "A"
-grants = ["produce", "consume", "manage"]
-
-[[tokens]]
-name = "owner-b"
-sha256 = "{hashlib.sha256(TOKEN_B.encode()).hexdigest()}"
-namespace = "B"
-grants = ["produce", "consume", "manage"]
-
-[[tokens]]
-name = "worker-a"
-token = "{TOKEN_WORKER}"
-namespace = "A"
-grants = ["produce", "consume"]
-"""
+OWNERS = ["produce", "consume", "manage"]
+TOKENS_CONFIG = token_tables(
+    {"name": "owner-a", "token": TOKEN_A, "namespace": "A", "grants": OWNERS},
+    {"name": "owner-b", "token": TOKEN_B, "namespace": "B", "grants": OWNERS, "hashed": True},
+    {"name": "worker-a", "token": TOKEN_WORKER, "namespace": "A",
+     "grants": ["produce", "consume"]},
+)  # fmt: skip
 BUDGET_VERBS: dict[str, dict[str, Any]] = {
     "budget_list": {},
     "budget_get": {"key": "img"},

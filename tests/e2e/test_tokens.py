@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from typing import Any
 
@@ -10,7 +9,7 @@ import attrs
 import pytest
 
 from daemon.verbs.table import VERBS
-from tests.support import RawClient
+from tests.support import RawClient, token_tables
 
 pytestmark = pytest.mark.e2e
 
@@ -19,32 +18,14 @@ TOKEN_B = "tok-b-9876543210"
 TOKEN_IMG = "tok-img-555"
 TOKEN_PRODUCER = "tok-producer-777"
 
-TOKENS_CONFIG = f"""
-[[tokens]]
-name = "owner-a"
-token = "{TOKEN_A}"
-namespace = "A"
-grants = ["produce", "consume", "manage"]
-
-[[tokens]]
-name = "owner-b"
-sha256 = "{hashlib.sha256(TOKEN_B.encode()).hexdigest()}"
-namespace = "B"
-grants = ["produce", "consume", "manage"]
-
-[[tokens]]
-name = "images-only"
-token = "{TOKEN_IMG}"
-namespace = "A"
-grants = ["produce", "consume"]
-queues = ["img.*"]
-
-[[tokens]]
-name = "producer-a"
-token = "{TOKEN_PRODUCER}"
-namespace = "A"
-grants = ["produce"]
-"""
+OWNERS = ["produce", "consume", "manage"]
+TOKENS_CONFIG = token_tables(
+    {"name": "owner-a", "token": TOKEN_A, "namespace": "A", "grants": OWNERS},
+    {"name": "owner-b", "token": TOKEN_B, "namespace": "B", "grants": OWNERS, "hashed": True},
+    {"name": "images-only", "token": TOKEN_IMG, "namespace": "A",
+     "grants": ["produce", "consume"], "queues": ["img.*"]},
+    {"name": "producer-a", "token": TOKEN_PRODUCER, "namespace": "A", "grants": ["produce"]},
+)  # fmt: skip
 
 
 @pytest.fixture
