@@ -19,7 +19,7 @@ async def test_wall_time_moves_with_the_mock_clock(autojump_clock):
         t0 = trio.current_time()
         clock = Clock(wall_start_ms=WALL0)
         assert clock.now_ms() == WALL0
-        await trio.sleep(3.5)
+        await trio.sleep(3.5)  # virtual time: autojump_clock
         assert trio.current_time() - t0 == 3.5
         assert clock.monotonic() == trio.current_time()
         assert clock.now_ms() == WALL0 + 3_500
@@ -33,14 +33,14 @@ async def test_default_wall_start_is_the_host_time(autojump_clock):
         clock = Clock()
         after = int(time.time() * 1000)
         assert before <= clock.now_ms() <= after
-        await trio.sleep(60)
+        await trio.sleep(60)  # virtual time: autojump_clock
         assert before + 60_000 <= clock.now_ms() <= after + 60_000
 
 
 async def test_deadline_for_now_is_now(autojump_clock):
     with trio.fail_after(10):
         clock = Clock(wall_start_ms=WALL0)
-        await trio.sleep(2.25)
+        await trio.sleep(2.25)  # virtual time: autojump_clock
         assert clock.deadline_for(clock.now_ms()) == trio.current_time()
         assert clock.deadline_for(WALL0) == trio.current_time() - 2.25
         assert clock.deadline_for(WALL0 + 10_000) - clock.deadline_for(WALL0) == 10.0

@@ -317,7 +317,7 @@ async def test_counts_equal_a_fresh_group_by_after_a_random_walk(tmp_path, autoj
     with trio.fail_after(10_000):
         async with running_core(tmp_path) as core:
             await _random_walk(core, random.Random(seed), 120)
-            await trio.sleep(30)  # let every timer fire
+            await trio.sleep(30)  # let every timer fire (virtual time: autojump_clock)
             await trio.testing.wait_all_tasks_blocked()
             final = db_counts(core)
             assert mem_counts(core) == final
@@ -331,7 +331,7 @@ async def test_counts_stay_exact_when_claims_do_the_timers_work(tmp_path, autoju
     with trio.fail_after(10_000):
         async with running_core(tmp_path, timers=False) as core:
             await _random_walk(core, random.Random(100 + seed), 120)
-            await trio.sleep(120)
+            await trio.sleep(120)  # virtual time: autojump_clock
             await call(core, "claim_next", queues=["a", "b", "c"], max=1000)
             final = db_counts(core)
             assert mem_counts(core) == final

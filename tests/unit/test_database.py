@@ -63,6 +63,14 @@ def test_open_database_refuses_an_unknown_synchronous(tmp_path):
         open_database(tmp_path / "x.db", synchronous="off")
 
 
+async def _submit(writer: GroupCommit, outcomes: dict, key: str, fn) -> None:
+    """Write ``fn``; record its result, or the code it was refused with, under ``key``."""
+    try:
+        outcomes[key] = await writer.write(fn)
+    except Refused as exc:
+        outcomes[key] = exc.code
+
+
 async def test_one_round_of_writes_is_one_transaction(db, autojump_clock):
     with trio.fail_after(10):
         writer = GroupCommit(db.conn, lambda: 1000)
@@ -93,17 +101,13 @@ async def test_a_refused_write_rolls_back_alone(db, autojump_clock):
         async with trio.open_nursery() as nursery:
             await nursery.start(writer.run)
 
-            async def submit(key, fn):
-                try:
-                    outcomes[key] = await writer.write(fn)
-                except Refused as exc:
-                    outcomes[key] = exc.code
-
             async with trio.open_nursery() as writers:
-                writers.start_soon(submit, "a", _put("a", effects=effects))
-                writers.start_soon(submit, "bad", _put_then_refuse("bad", effects))
-                writers.start_soon(submit, "c", _put("c", effects=effects))
-                writers.start_soon(submit, "d", _put("d", effects=effects))
+                writers.start_soon(_submit, writer, outcomes, "a", _put("a", effects=effects))
+                writers.start_soon(
+                    _submit, writer, outcomes, "bad", _put_then_refuse("bad", effects)
+                )
+                writers.start_soon(_submit, writer, outcomes, "c", _put("c", effects=effects))
+                writers.start_soon(_submit, writer, outcomes, "d", _put("d", effects=effects))
             nursery.cancel_scope.cancel()
         assert writer.commits == 1
         assert outcomes == {"a": "a", "bad": "conflict", "c": "c", "d": "d"}
@@ -123,16 +127,10 @@ async def test_a_bug_in_a_write_is_an_internal_refusal_for_it_alone(db, autojump
         async with trio.open_nursery() as nursery:
             await nursery.start(writer.run)
 
-            async def submit(key, fn):
-                try:
-                    outcomes[key] = await writer.write(fn)
-                except Refused as exc:
-                    outcomes[key] = exc.code
-
             with caplog.at_level(logging.ERROR):
                 async with trio.open_nursery() as writers:
-                    writers.start_soon(submit, "bug", buggy)
-                    writers.start_soon(submit, "ok", _put("ok"))
+                    writers.start_soon(_submit, writer, outcomes, "bug", buggy)
+                    writers.start_soon(_submit, writer, outcomes, "ok", _put("ok"))
             nursery.cancel_scope.cancel()
         assert outcomes == {"bug": "internal", "ok": "ok"}
         assert _rows(db) == {"ok": 1}
@@ -146,17 +144,11 @@ async def test_a_constraint_error_in_a_write_fails_it_alone(db, autojump_clock, 
         async with trio.open_nursery() as nursery:
             await nursery.start(writer.run)
 
-            async def submit(key, fn):
-                try:
-                    outcomes[key] = await writer.write(fn)
-                except Refused as exc:
-                    outcomes[key] = exc.code
-
             with caplog.at_level(logging.ERROR):
                 async with trio.open_nursery() as writers:
-                    writers.start_soon(submit, "x", _put("x"))
-                    writers.start_soon(submit, "dup", _put("dup"))
-                    writers.start_soon(submit, "y", _put("y"))
+                    writers.start_soon(_submit, writer, outcomes, "x", _put("x"))
+                    writers.start_soon(_submit, writer, outcomes, "dup", _put("dup"))
+                    writers.start_soon(_submit, writer, outcomes, "y", _put("y"))
             nursery.cancel_scope.cancel()
         assert outcomes == {"x": "x", "dup": "internal", "y": "y"}
         assert _rows(db) == {"dup": 1, "x": 1, "y": 1}
