@@ -75,10 +75,14 @@ async def test_burst_above_allocation_spikes_only_after_an_equivalent_idle_time(
         t0 = trio.current_time()
         pool = _pool(6, "time_based", duration_ms=60_000, burst=12)
         assert await _dispatch(pool, [1] * 12, run_s=0, t0=t0) == [0] * 12  # new: full
-        await trio.sleep(60)  # idle for one duration: 6 tokens back, not 12
+        await trio.sleep(
+            60
+        )  # idle for one duration: 6 tokens back, not 12 (virtual time: autojump_clock)
         started = await _dispatch(pool, [1] * 8, run_s=0, t0=t0)
         assert started == [60] * 6 + [70, 80]
-        await trio.sleep(200)  # idle for two durations or more: the whole burst
+        await trio.sleep(
+            200
+        )  # idle for two durations or more: the whole burst (virtual time: autojump_clock)
         started = await _dispatch(pool, [1] * 12, run_s=0, t0=t0)
         assert started == [280] * 12
 

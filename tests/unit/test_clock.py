@@ -58,7 +58,7 @@ async def test_sleep_until_ms_sleeps_exactly_to_the_instant(autojump_clock):
 async def test_sleep_until_a_past_instant_returns_at_once(autojump_clock):
     with trio.fail_after(10):
         clock = Clock(wall_start_ms=WALL0)
-        await trio.sleep(5)
+        await trio.sleep(5)  # virtual time: autojump_clock
         t1 = trio.current_time()
         await clock.sleep_until_ms(WALL0 + 1_000)
         assert trio.current_time() == t1

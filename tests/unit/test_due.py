@@ -54,7 +54,7 @@ async def test_sleeps_exactly_to_the_earliest_instant(autojump_clock):
             await trio.testing.wait_all_tasks_blocked()
             assert actor.target == WALL0 + 3_000
             assert work.runs == []
-            await trio.sleep(50)
+            await trio.sleep(50)  # virtual time: autojump_clock
             nursery.cancel_scope.cancel()
         assert work.runs == [(t0 + 3.0, WALL0 + 3_000), (t0 + 7.5, WALL0 + 7_500)]
 
@@ -83,7 +83,7 @@ async def test_note_of_an_earlier_instant_wakes_it_early(autojump_clock):
             work.add(WALL0 + 2_000)
             actor.note(WALL0 + 2_000)
             assert actor.target == WALL0 + 2_000
-            await trio.sleep(20)
+            await trio.sleep(20)  # virtual time: autojump_clock
             nursery.cancel_scope.cancel()
         assert work.runs == [(t0 + 2.0, WALL0 + 2_000), (t0 + 10.0, WALL0 + 10_000)]
 
@@ -111,13 +111,13 @@ async def test_idle_when_nothing_is_due_until_note(autojump_clock):
         work = FakeWork()
         async with trio.open_nursery() as nursery:
             actor = await _started(nursery, clock, work)
-            await trio.sleep(100)
+            await trio.sleep(100)  # virtual time: autojump_clock
             assert actor.target is None
             assert work.earliest_calls == 1  # asked once, then slept: no polling
             assert work.runs == []
             work.add(WALL0 + 105_000)
             actor.note(WALL0 + 105_000)
-            await trio.sleep(200)
+            await trio.sleep(200)  # virtual time: autojump_clock
             nursery.cancel_scope.cancel()
         assert work.runs == [(t0 + 105.0, WALL0 + 105_000)]
 
@@ -128,7 +128,7 @@ async def test_note_of_a_past_instant_runs_now(autojump_clock):
         work = FakeWork()
         async with trio.open_nursery() as nursery:
             actor = await _started(nursery, clock, work)
-            await trio.sleep(3)
+            await trio.sleep(3)  # virtual time: autojump_clock
             work.add(WALL0)
             actor.note(WALL0)
             await trio.testing.wait_all_tasks_blocked()
@@ -144,7 +144,7 @@ async def test_reaper_and_delay_timer_are_due_actors(autojump_clock, cls):
         work = FakeWork(WALL0 + 4_000)
         async with trio.open_nursery() as nursery:
             await _started(nursery, clock, work, cls)
-            await trio.sleep(10)
+            await trio.sleep(10)  # virtual time: autojump_clock
             nursery.cancel_scope.cancel()
         assert work.runs == [(t0 + 4.0, WALL0 + 4_000)]
 
@@ -156,6 +156,6 @@ async def test_fires_at_an_instant_whose_float_deadline_rounds_down(autojump_clo
         work = FakeWork(WALL0 + 1_001)
         async with trio.open_nursery() as nursery:
             await _started(nursery, clock, work)
-            await trio.sleep(5)
+            await trio.sleep(5)  # virtual time: autojump_clock
             nursery.cancel_scope.cancel()
         assert work.runs == [(t0 + 1.001, WALL0 + 1_001)]

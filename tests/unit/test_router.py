@@ -160,7 +160,7 @@ async def test_many_timed_out_waiters_do_not_swallow_rings(autojump_clock):
             await trio.testing.wait_all_tasks_blocked()
             for _ in range(200):
                 nursery.start_soon(router.wait, [Q1], t0 + 10)
-            await trio.sleep(20)
+            await trio.sleep(20)  # virtual time: autojump_clock
             assert router.statistics().waiters == 1
             router.ring(Q1, 1, pending=1, edge=False)
             await trio.testing.wait_all_tasks_blocked()
