@@ -9,6 +9,7 @@ nudges, metrics) run only once the transaction has committed.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import sqlite_utils
 import trio
@@ -21,6 +22,7 @@ from actors.ids import IdMint
 from actors.reaper import DelayTimer, LeaseReaper
 from actors.router import ClaimRouter
 from daemon import __version__
+from daemon.budget_dispatch import BudgetDispatch
 from daemon.config import Config
 from daemon.metrics import Metrics
 from daemon.session import Authenticator
@@ -61,6 +63,7 @@ class Core:
         #: big payloads, or past the cap, are simply looked up in the store.
         self.running: dict[str, sql.Row] = {}
         self.budgets: dict[QueueKey, Budget] = {}  # by (namespace, key)
+        self.dispatch = BudgetDispatch(self)
         self.recover()
 
     # -- start-up -------------------------------------------------------------
@@ -70,6 +73,7 @@ class Core:
         self.counts.load(sql.state_counts(self.conn))
         self.known_queues = {(ns, q) for ns, q, _c, _d in queue_sql.all_queues(self.conn)}
         self.budgets = {(r[0], r[1]): budget_sql.load(r) for r in budget_sql.all_budgets(self.conn)}
+        self.dispatch.recover()
         self.metrics.bind(self)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -78,6 +82,7 @@ class Core:
             await nursery.start(self.writer.run)
             await nursery.start(self.reaper.run)
             await nursery.start(self.delay_timer.run)
+            await nursery.start(self.dispatch.waker.run)
             task_status.started()
 
     def drain(self) -> None:
@@ -108,6 +113,14 @@ class Core:
             info["loop_lag"] = lag
         return info
 
+    def job_wire(self, row: sql.Row, now_ms: int | None = None) -> dict[str, Any]:
+        """The job object of ``row`` with its derived ``admission``."""
+        job = sql.to_wire(row)
+        if row[sql.BUDGETS] is not None:
+            now = self.clock.now_ms() if now_ms is None else now_ms
+            job["admission"] = self.dispatch.admission(row, now)
+        return job
+
     # -- effects of committed transitions -------------------------------------
 
     def ensure_queue(self, tx: Tx, namespace: str, queue: str) -> None:
@@ -117,31 +130,47 @@ class Core:
             queue_sql.ensure(tx.conn, namespace, queue, tx.now_ms)
             tx.after(lambda: self.known_queues.add(key))
 
+    def claimable(self, key: QueueKey) -> int:
+        """Pending jobs of ``key`` that a claim may take (not parked)."""
+        return self.counts.get(key, lc.PENDING) - self.dispatch.parked_in(key)
+
+    def _ring(self, key: QueueKey, n: int) -> None:
+        """``n`` jobs of ``key`` became claimable; counts already include them."""
+        now = self.claimable(key)
+        self.router.ring(key, n, pending=now, edge=now == n)
+
     def added(self, tx: Tx, rows: list[sql.Row]) -> None:
-        """Job rows were inserted in their arrival states."""
+        """Job rows were inserted in their arrival states (parked ones counted by dispatch)."""
         if not rows:
             return
         per_key: dict[tuple[QueueKey, str], int] = {}
+        ready: dict[QueueKey, int] = {}
         earliest: int | None = None
         for row in rows:
-            slot = ((row[sql.NAMESPACE], row[sql.QUEUE]), row[sql.STATE])
+            key = (row[sql.NAMESPACE], row[sql.QUEUE])
+            slot = (key, row[sql.STATE])
             per_key[slot] = per_key.get(slot, 0) + 1
-            if row[sql.STATE] == lc.SCHEDULED and (
+            if row[sql.STATE] == lc.PENDING and row[sql.PARKED_ON] is None:
+                ready[key] = ready.get(key, 0) + 1
+            elif row[sql.STATE] == lc.SCHEDULED and (
                 earliest is None or row[sql.READY_AT] < earliest
             ):
                 earliest = row[sql.READY_AT]
 
         def effect() -> None:
             for (key, state), n in per_key.items():
-                before = self.counts.get(key, lc.PENDING)
                 self.counts.add(key, state, n)
                 self.metrics.enqueued(key[1], state, n)
-                if state == lc.PENDING:
-                    self.router.ring(key, n, pending=before + n, edge=before == 0)
+            for key, n in ready.items():
+                self._ring(key, n)
             if earliest is not None:
                 self.delay_timer.note(earliest)
 
         tx.after(effect)
+
+    def released(self, key: QueueKey, n: int) -> None:
+        """``n`` parked jobs of ``key`` went back to the ready index (after commit)."""
+        self._ring(key, n)
 
     def moved(self, tx: Tx, before: sql.Row, after: sql.Row) -> None:
         """A job went from ``before``'s state to ``after``'s."""
@@ -152,16 +181,17 @@ class Core:
         key = (after[sql.NAMESPACE], after[sql.QUEUE])
         target = after[sql.STATE]
         ready_at, expires = after[sql.READY_AT], after[sql.LEASE_EXPIRES_AT]
+        if after[sql.BUDGETS] is not None:
+            self.dispatch.moved(tx, source, after)
 
         def effect() -> None:
             if source == lc.RUNNING:
                 self.running.pop(after[sql.ID], None)
-            pending_before = self.counts.get(key, lc.PENDING)
             self.counts.move(key, source, target)
             self.metrics.moved(key[1], source, target)
             if target == lc.RUNNING and expires is not None:
                 self.reaper.note(expires)
-            self._after_arrival(key, target, ready_at, pending_before, 1)
+            self._after_arrival(key, target, ready_at, 1)
 
         tx.after(effect)
 
@@ -204,18 +234,15 @@ class Core:
             for key in keys:
                 per_queue[key] = per_queue.get(key, 0) + 1
             for key, n in per_queue.items():
-                before = self.counts.get(key, lc.PENDING)
                 self.counts.move(key, lc.SCHEDULED, lc.PENDING, n)
                 self.metrics.moved(key[1], lc.SCHEDULED, lc.PENDING, n)
-                self.router.ring(key, n, pending=before + n, edge=before == 0)
+                self._ring(key, n)
 
         tx.after(effect)
 
-    def _after_arrival(
-        self, key: QueueKey, state: str, ready_at: int, pending_before: int, n: int
-    ) -> None:
+    def _after_arrival(self, key: QueueKey, state: str, ready_at: int, n: int) -> None:
         if state == lc.PENDING:
-            self.router.ring(key, n, pending=pending_before + n, edge=pending_before == 0)
+            self._ring(key, n)
         elif state == lc.SCHEDULED:
             self.delay_timer.note(ready_at)
 

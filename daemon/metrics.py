@@ -87,13 +87,17 @@ class Metrics:
             self.registry.register(_Gauges(core, self.label, self.budget_label))
         self._core = core
 
-    def _child(self, metric: Counter, queue: str) -> Any:
+    def _child(self, metric: Counter, queue: str, labels: QueueLabels | None = None) -> Any:
         # labels() costs a lock and a tuple build per call; cache the children.
         key = (metric, queue)
         child = self._children.get(key)
         if child is None:
-            child = self._children[key] = metric.labels(self.label(queue))
+            child = self._children[key] = metric.labels((labels or self.label)(queue))
         return child
+
+    def budget_debited(self, budget: str, cost: int) -> None:
+        """A claim debited ``cost`` tokens from ``budget``."""
+        self._child(self.budget_debits, budget, self.budget_label).inc(cost)
 
     def enqueued(self, queue: str, state: str, n: int = 1) -> None:
         """``n`` jobs were enqueued (in ``state``: dead when shed)."""

@@ -44,6 +44,14 @@ def save(
     )  # fmt: skip
 
 
+def save_pool(conn: sqlite3.Connection, namespace: str, key: str, state: PoolState) -> None:
+    """Write one budget's pool state (a claim's debit), in the claim's transaction."""
+    conn.execute(
+        "UPDATE budgets SET units = ?, as_of_ms = ?, in_flight = ? WHERE namespace = ? AND key = ?",
+        (state.units, state.as_of_ms, state.in_flight, namespace, key),
+    )
+
+
 def get(conn: sqlite3.Connection, namespace: str, key: str) -> Row | None:
     """One budget's row, or None."""
     return conn.execute(

@@ -7,6 +7,9 @@ is left half-written: writes run without savepoints while none is refused after
 changing rows, and the batch re-runs with a savepoint per write when one is. Each caller is
 answered only after the commit; effects on memory (counts, doorbells, timers)
 are registered with :meth:`Tx.after` and run only once the commit succeeded.
+A write that changes memory a later write of the same transaction must see
+(a budget's tokens) changes it at once and registers the inverse with
+:meth:`Tx.undo`, run if that write's statements are rolled back.
 
 The statements run on the event loop: they are short, and a thread hop would
 cost more than the work. The benchmark measures the loop's p99 stall.
@@ -66,16 +69,30 @@ def open_database(
 class Tx:
     """One write's view of the open transaction."""
 
-    __slots__ = ("_after", "conn", "now_ms")
+    __slots__ = ("_after", "_undo", "conn", "now_ms")
 
     def __init__(self, conn: sqlite3.Connection, now_ms: int) -> None:
         self.conn = conn
         self.now_ms = now_ms
         self._after: list[Callable[[], None]] = []
+        self._undo: list[Callable[[], None]] = []
 
     def after(self, effect: Callable[[], None]) -> None:
         """Run ``effect`` once the transaction has committed (never if not)."""
         self._after.append(effect)
+
+    def undo(self, inverse: Callable[[], None]) -> None:
+        """Run ``inverse`` if this write's statements are rolled back.
+
+        For memory a write changed at once; inverses run newest first.
+        """
+        self._undo.append(inverse)
+
+    def rolled_back(self) -> None:
+        """This write's statements were undone: undo its memory changes too."""
+        while self._undo:
+            self._undo.pop()()
+        self._after.clear()
 
 
 #: Called once a write is settled: (result, None) after its commit, or (None, error).
@@ -84,6 +101,9 @@ Done = Callable[[Any, BaseException | None], None]
 
 class _Write:
     __slots__ = ("done", "error", "fn", "result", "tx", "withdrawn")
+
+    # ``tx`` is set while the write's effects stand: after it ran without
+    # error, until its transaction commits or rolls back.
 
     def __init__(self, fn: Callable[[Tx], Any], done: Done) -> None:
         self.fn = fn
@@ -231,11 +251,13 @@ class GroupCommit:
                 try:
                     item.result = item.fn(tx)
                 except BaseException as exc:  # a refusal or a bug: this write only
+                    tx.rolled_back()
                     if careful:
                         conn.execute("ROLLBACK TO w")
                         conn.execute("RELEASE w")
                     elif conn.total_changes != changes:
                         conn.execute("ROLLBACK")
+                        _rolled_back(writes)
                         return False
                     item.error = exc if isinstance(exc, Refused) else _internal(exc)
                 else:
@@ -246,6 +268,7 @@ class GroupCommit:
         except sqlite3.Error as exc:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
+            _rolled_back(writes)
             self._fail_all(writes, exc)
             return True
         self.commits += 1
@@ -261,6 +284,14 @@ class GroupCommit:
         for item in writes:
             item.tx = None
             item.error = Refused("internal", f"store error: {exc}")
+
+
+def _rolled_back(writes: list[_Write]) -> None:
+    """The whole transaction was rolled back: undo its writes' memory, newest first."""
+    for item in reversed(writes):
+        if item.tx is not None:
+            item.tx.rolled_back()
+            item.tx = None
 
 
 def _internal(exc: BaseException) -> Refused:

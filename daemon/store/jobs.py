@@ -20,11 +20,12 @@ COLUMNS = (
     "id", "namespace", "queue", "type", "payload", "priority", "state", "attempts",
     "max_attempts", "lease_ms", "ready_at", "created_at", "updated_at", "finished_at",
     "lease", "lease_expires_at", "unique_key", "budgets", "error", "result", "dead",
+    "parked_on",
 )  # fmt: skip
 COLS = ", ".join(COLUMNS)
 (ID, NAMESPACE, QUEUE, TYPE, PAYLOAD, PRIORITY, STATE, ATTEMPTS, MAX_ATTEMPTS, LEASE_MS,
  READY_AT, CREATED_AT, UPDATED_AT, FINISHED_AT, LEASE, LEASE_EXPIRES_AT, UNIQUE_KEY, BUDGETS,
- ERROR, RESULT, DEAD) = range(len(COLUMNS))  # fmt: skip
+ ERROR, RESULT, DEAD, PARKED_ON) = range(len(COLUMNS))  # fmt: skip
 
 Row = tuple[Any, ...]
 
@@ -130,8 +131,14 @@ def update(
 
 
 def fold(conn: sqlite3.Connection, before: Row, payload: str, ready_at: int, now: int) -> Row:
-    """Debounce: replace a waiting job's payload and push its ``ready_at``."""
-    changes = {"payload": payload, "ready_at": ready_at, "state": "scheduled", "updated_at": now}
+    """Debounce: replace a waiting job's payload and push its ``ready_at``.
+
+    A folded job is scheduled again, so it is no longer parked.
+    """
+    changes = {
+        "payload": payload, "ready_at": ready_at, "state": "scheduled", "updated_at": now,
+        "parked_on": None,
+    }  # fmt: skip
     return update(conn, before, changes)
 
 
@@ -141,12 +148,12 @@ def _claim_sql(queues: int) -> str:
     if queues == 1:
         return (
             f"SELECT {COLS} FROM jobs INDEXED BY ix_jobs_ready "
-            "WHERE namespace = ? AND queue = ? AND state = 'pending' "
+            "WHERE namespace = ? AND queue = ? AND state = 'pending' AND parked_on IS NULL "
             "ORDER BY priority, ready_at, id LIMIT ?"
         )
     probe = (
         "SELECT * FROM (SELECT id, priority, ready_at FROM jobs INDEXED BY ix_jobs_ready "
-        "WHERE namespace = ? AND queue = ? AND state = 'pending' "
+        "WHERE namespace = ? AND queue = ? AND state = 'pending' AND parked_on IS NULL "
         "ORDER BY priority, ready_at, id LIMIT ?)"
     )
     union = " UNION ALL ".join([probe] * queues)
@@ -163,18 +170,11 @@ _MARK_RUNNING = (
 )
 
 
-def claim_next(
-    conn: sqlite3.Connection,
-    namespace: str,
-    queues: Sequence[str],
-    limit: int,
-    lease: str,
-    lease_ms: int | None,
-    now: int,
-) -> list[Row]:
-    """Claim up to ``limit`` pending jobs of ``queues`` in order.
+def ready(conn: sqlite3.Connection, namespace: str, queues: Sequence[str], limit: int) -> list[Row]:
+    """The first ``limit`` claimable jobs of ``queues``, in claim order.
 
-    ``lease_ms`` overrides each job's own lease length when given.
+    Parked jobs are not in the ready index, so however many there are, this
+    reads only the rows it returns.
     """
     statement = _CLAIM_SQL.get(len(queues))
     if statement is None:
@@ -187,7 +187,46 @@ def claim_next(
     rows = conn.execute(statement, params).fetchall()
     if len(queues) > 1:
         rows.sort(key=lambda r: (r[PRIORITY], r[READY_AT], r[ID]))
-    return mark_running(conn, rows, lease, lease_ms, now)
+    return rows
+
+
+def park(conn: sqlite3.Connection, parked: Sequence[tuple[str, str]]) -> None:
+    """Park jobs: ``(budget key, job id)`` pairs; they leave the ready index."""
+    conn.executemany("UPDATE jobs SET parked_on = ? WHERE id = ?", parked)
+
+
+def unpark(conn: sqlite3.Connection, ids: Sequence[str]) -> None:
+    """Return parked jobs to the ready index."""
+    conn.executemany("UPDATE jobs SET parked_on = NULL WHERE id = ?", [(i,) for i in ids])
+
+
+def parked_oldest(conn: sqlite3.Connection, namespace: str, key: str, limit: int) -> list[Row]:
+    """The oldest ``limit`` jobs parked on budget ``key``: (id, queue, budgets)."""
+    return conn.execute(
+        "SELECT id, queue, budgets FROM jobs INDEXED BY ix_jobs_parked "
+        "WHERE namespace = ? AND parked_on = ? ORDER BY id LIMIT ?",
+        (namespace, key, limit),
+    ).fetchall()
+
+
+def parked_counts(conn: sqlite3.Connection) -> list[tuple[str, str, str, int]]:
+    """(namespace, queue, budget key, parked jobs) for every parked combination."""
+    return conn.execute(
+        "SELECT namespace, queue, parked_on, count(*) FROM jobs "
+        "WHERE parked_on IS NOT NULL GROUP BY namespace, queue, parked_on"
+    ).fetchall()
+
+
+def unfinished_bindings(conn: sqlite3.Connection) -> list[tuple[str, str, str, str]]:
+    """(id, namespace, state, budgets JSON) of every unfinished job bound to budgets.
+
+    A scan, run once at start: bindings are rare enough that an index on them
+    would cost every job's transitions more than this costs one start.
+    """
+    return conn.execute(
+        "SELECT id, namespace, state, budgets FROM jobs WHERE budgets IS NOT NULL "
+        "AND state IN ('scheduled', 'pending', 'running')"
+    ).fetchall()
 
 
 def mark_running(

@@ -126,9 +126,25 @@ def _v2_budgets(db: sqlite_utils.Database) -> None:
     )  # fmt: skip
 
 
+def _v3_parking(db: sqlite_utils.Database) -> None:
+    # A job whose budget cannot pay is parked: it keeps status pending but
+    # leaves the ready index, so claims never read past it, and its budget
+    # finds its parked jobs oldest first.
+    db["jobs"].add_column("parked_on", str)
+    db.execute("DROP INDEX ix_jobs_ready")
+    db.execute(
+        "CREATE INDEX ix_jobs_ready ON jobs(namespace, queue, priority, ready_at, id) "
+        "WHERE state = 'pending' AND parked_on IS NULL"
+    )
+    db.execute(
+        "CREATE INDEX ix_jobs_parked ON jobs(namespace, parked_on, id) WHERE parked_on IS NOT NULL"
+    )
+
+
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _v1_jobs_settings_audit,
     _v2_budgets,
+    _v3_parking,
 ]
 
 

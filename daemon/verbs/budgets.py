@@ -1,10 +1,12 @@
 """Budgets (grant ``manage``): ``budget_list``, ``budget_get``, ``budget_create``,
 ``budget_put``, ``budget_patch``, ``budget_delete``, shaped as seed 003.
 
-An update never creates tokens (:meth:`actors.budget.TokenPool.update`). Every
-write is audited (``target_kind: "budget"``). Jobs cannot bind to budgets yet
-(``enqueue`` refuses ``budgets`` until dispatch enforces them), so no update or
-delete can strand a bound job.
+An update never creates tokens (:meth:`actors.budget.TokenPool.update`), and
+may not leave an unfinished bound job costing more than the budget can ever
+pay (422, seed 003's text); a budget bound to unfinished jobs cannot be
+deleted (409). Every write is audited (``target_kind: "budget"``). Budgets
+change in place, inside the write, with an undo: a claim later in the same
+transaction sees the new settings, and a rollback restores the old.
 """
 
 from __future__ import annotations
@@ -87,15 +89,6 @@ class BudgetPatchArgs:
     strategy: Any = ABSENT
 
 
-def _current(core: Core, tx: Tx, namespace: str, key: str) -> Budget | None:
-    """The budget as this transaction sees it (memory, or a row written earlier in it)."""
-    row = budget_sql.get(tx.conn, namespace, key)
-    if row is None:
-        return None
-    known = core.budgets.get((namespace, key))
-    return known if known is not None and known.updated_at == row[5] else budget_sql.load(row)
-
-
 def _visible(core: Core, call: Call, key: str) -> Budget:
     budget = core.budgets.get((call.namespace, key))
     if budget is None:
@@ -108,43 +101,59 @@ def _writable(budget: Budget) -> None:
         raise Refused("conflict", f"budget {budget.key!r} is managed by config file")
 
 
-def _actor(call: Call) -> str:
-    return call.session.token_name or "open"
+def _jobs(n: int) -> str:
+    return f"{n} unfinished job" + ("" if n == 1 else "s")
 
 
-def _store(core: Core, tx: Tx, actor: str, budget: Budget, action: str, before: Any) -> Budget:
+def _store(tx: Tx, actor: str, budget: Budget, action: str, before: Any) -> Budget:
     _save(tx, budget)
     audit.record(
         tx.conn, at=tx.now_ms, actor=actor, namespace=budget.namespace, target_kind="budget",
         target=budget.key, action=action, before=before, after=budget.to_wire(tx.now_ms),
     )  # fmt: skip
-    tx.after(lambda: core.budgets.__setitem__((budget.namespace, budget.key), budget))
     return budget
 
 
-def _create(
+def create_budget(
     core: Core, tx: Tx, actor: str, namespace: str, key: str, spec: BudgetSpec,
     source: str = "api",
 ) -> Budget:  # fmt: skip
+    """Create a budget in ``tx`` (full, as seed 003 says), within ``max_budgets``."""
     limit = core.config.daemon.max_budgets
-    count = budget_sql.count(tx.conn)
+    count = len(core.budgets)
     if count + 1 > limit:
         raise Refused(
             "quota_exceeded", f"max_budgets exceeded: {count + 1} > {limit}",
             limit="max_budgets", value=count + 1, max=limit,
         )  # fmt: skip
     budget = Budget(namespace, key, TokenPool(spec, tx.now_ms), tx.now_ms, tx.now_ms, source)
-    return _store(core, tx, actor, budget, "create", None)
+    core.budgets[(namespace, key)] = budget
+    tx.undo(lambda: core.budgets.pop((namespace, key), None))
+    return _store(tx, actor, budget, "create", None)
 
 
 def _update(
     core: Core, tx: Tx, actor: str, budget: Budget, spec: BudgetSpec, source: str = "api"
 ) -> Budget:
+    if budget.bound and spec.max_cost() < budget.max_bound_cost:
+        raise invalid(
+            "allocation",
+            f"budget {budget.key!r} cannot allocate {spec.max_cost()}: "
+            f"{_jobs(budget.bound_jobs)} draw up to {budget.max_bound_cost} from it. "
+            "Raise the allocation, delete them, or wait for them to drain.",
+        )
     before = budget.to_wire(tx.now_ms)
-    pool = TokenPool(budget.spec, tx.now_ms, budget.pool.snapshot(tx.now_ms))
-    pool.update(spec, tx.now_ms)  # never creates tokens
-    fresh = attrs.evolve(budget, pool=pool, updated_at=tx.now_ms, source=source)
-    return _store(core, tx, actor, fresh, "update", before)
+    old = (budget.pool.spec, budget.pool.raw(), budget.updated_at, budget.source)
+    budget.pool.update(spec, tx.now_ms)  # never creates tokens
+    budget.updated_at, budget.source = tx.now_ms, source
+
+    def undo() -> None:
+        budget.pool.spec, raw, budget.updated_at, budget.source = old
+        budget.pool.restore(raw)
+
+    tx.undo(undo)
+    tx.after(lambda: core.dispatch.settings_changed(budget))
+    return _store(tx, actor, budget, "update", before)
 
 
 def provision(core: Core, budgets: dict[str, dict[str, BudgetSpec]]) -> Callable[[Tx], None]:
@@ -162,9 +171,9 @@ def provision(core: Core, budgets: dict[str, dict[str, BudgetSpec]]) -> Callable
                 _update(core, tx, "config", budget, budget.spec, source="api")
         for ns, table in budgets.items():
             for key, spec in table.items():
-                budget = _current(core, tx, ns, key)
+                budget = core.budgets.get((ns, key))
                 if budget is None:
-                    _create(core, tx, "config", ns, key, spec, source="config")
+                    create_budget(core, tx, "config", ns, key, spec, source="config")
                 elif budget.spec != spec or budget.source != "config":
                     _update(core, tx, "config", budget, spec, source="config")
 
@@ -195,9 +204,9 @@ def budget_create(core: Core, call: Call, a: BudgetSetArgs) -> Plan:
     spec = a.spec()
 
     def write(tx: Tx) -> Budget:
-        if budget_sql.get(tx.conn, call.namespace, a.key) is not None:
+        if (call.namespace, a.key) in core.budgets:
             raise Refused("conflict", f"budget {a.key!r} already exists")
-        return _create(core, tx, _actor(call), call.namespace, a.key, spec)
+        return create_budget(core, tx, call.actor, call.namespace, a.key, spec)
 
     return Plan(write, _answer(core))
 
@@ -208,11 +217,11 @@ def budget_put(core: Core, call: Call, a: BudgetSetArgs) -> Plan:
     spec = a.spec()
 
     def write(tx: Tx) -> Budget:
-        budget = _current(core, tx, call.namespace, a.key)
+        budget = core.budgets.get((call.namespace, a.key))
         if budget is None:
-            return _create(core, tx, _actor(call), call.namespace, a.key, spec)
+            return create_budget(core, tx, call.actor, call.namespace, a.key, spec)
         _writable(budget)
-        return _update(core, tx, _actor(call), budget, spec)
+        return _update(core, tx, call.actor, budget, spec)
 
     return Plan(write, _answer(core))
 
@@ -230,9 +239,7 @@ def budget_patch(core: Core, call: Call, a: BudgetPatchArgs) -> Plan:
         raise invalid("strategy", "strategy must be an object (it has no default)")
 
     def write(tx: Tx) -> Budget:
-        budget = _current(core, tx, call.namespace, a.key)
-        if budget is None:
-            raise not_found(f"budget {a.key!r}")
+        budget = _visible(core, call, a.key)
         strategy = budget.spec.strategy.to_dict()
         if a.strategy is not ABSENT:
             if a.strategy.get("type") not in (None, strategy["type"]):
@@ -242,7 +249,7 @@ def budget_patch(core: Core, call: Call, a: BudgetPatchArgs) -> Plan:
         allocation = budget.spec.allocation if a.allocation is ABSENT else a.allocation
         spec = BudgetSpec(allocation, parse_strategy(strategy))
         _writable(budget)
-        return _update(core, tx, _actor(call), budget, spec)
+        return _update(core, tx, call.actor, budget, spec)
 
     return Plan(write, _answer(core))
 
@@ -252,17 +259,22 @@ def budget_delete(core: Core, call: Call, a: BudgetKeyArgs) -> Plan:
     """Delete a budget."""
 
     def write(tx: Tx) -> dict[str, Any]:
-        budget = _current(core, tx, call.namespace, a.key)
-        if budget is None:
-            raise not_found(f"budget {a.key!r}")
+        budget = _visible(core, call, a.key)
         _writable(budget)
+        if budget.bound:
+            raise Refused(
+                "conflict",
+                f"budget {a.key!r} is referenced by {_jobs(budget.bound_jobs)}. "
+                "Delete them or wait for them to finish before deleting it.",
+            )
         budget_sql.delete(tx.conn, call.namespace, a.key)
         audit.record(
-            tx.conn, at=tx.now_ms, actor=_actor(call), namespace=call.namespace,
+            tx.conn, at=tx.now_ms, actor=call.actor, namespace=call.namespace,
             target_kind="budget", target=a.key, action="delete",
             before=budget.to_wire(tx.now_ms), after=None,
         )  # fmt: skip
-        tx.after(lambda: core.budgets.pop((call.namespace, a.key), None))
+        core.budgets.pop((call.namespace, a.key))
+        tx.undo(lambda: core.budgets.__setitem__((call.namespace, a.key), budget))
         return {}
 
     return Plan(write)

@@ -92,11 +92,13 @@ def dead_replay(core: Core, call: Call, a: DeadReplayArgs) -> Plan:
                 results.append({"job": sql.to_wire(live), "duplicate": True, "folded": False,
                                 "shed": False})  # fmt: skip
                 continue
+            if row[sql.BUDGETS] is not None:
+                core.dispatch.check_payable(row)
             lc.check("replay", lc.DEAD, lc.PENDING)
             after = sql.replay(tx.conn, row, tx.now_ms)
             core.moved(tx, row, after)
-            results.append({"job": sql.to_wire(after), "duplicate": False, "folded": False,
-                            "shed": False})  # fmt: skip
+            job = core.job_wire(after, tx.now_ms)
+            results.append({"job": job, "duplicate": False, "folded": False, "shed": False})
         # A dead letter that stays dead (its unique key is held) would come
         # back first in every batch; the cursor moves past it.
         return {"results": results, "remaining": remaining, "next": ids[-1] if remaining else None}

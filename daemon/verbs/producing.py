@@ -14,9 +14,11 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from actors import lifecycle as lc
+from actors.budget import Budget, BudgetSpec
 from actors.errors import Refused, invalid
 from daemon.store import jobs as sql
 from daemon.store.database import Tx
+from daemon.verbs.budgets import MAX_TOKENS, create_budget, parse_strategy
 from daemon.verbs.table import Call, Plan, verb
 from daemon.wire import between, json_value, name, text
 
@@ -26,6 +28,46 @@ if TYPE_CHECKING:
 DEFAULT_PRIORITY = 32768
 DEFAULT_MAX_ATTEMPTS = 25
 MAX_BATCH = 1000
+MAX_BINDINGS = 16
+
+
+def _create_with(_inst: Any, attr: attrs.Attribute, value: Any) -> None:
+    if value is None:
+        return
+    if not isinstance(value, dict) or set(value) - {"allocation", "strategy"}:
+        raise invalid(attr.name, "create_with must be an object {allocation, strategy}")
+    allocation = value.get("allocation")
+    if type(allocation) is not int or not 1 <= allocation <= MAX_TOKENS:
+        raise invalid(
+            f"{attr.name}.allocation", f"allocation must be an integer from 1 to {MAX_TOKENS}"
+        )
+    parse_strategy(value.get("strategy"), f"{attr.name}.strategy")
+
+
+@attrs.frozen
+class BindingArgs:
+    """A job's binding to a budget (seed 003)."""
+
+    key: str = attrs.field(validator=name)
+    cost: int = attrs.field(default=1, validator=between(1, MAX_TOKENS))
+    create_with: Any = attrs.field(default=None, validator=_create_with)
+
+    def spec(self) -> BudgetSpec:
+        """The budget ``create_with`` describes (validated already)."""
+        allocation = self.create_with["allocation"]
+        return BudgetSpec(allocation, parse_strategy(self.create_with["strategy"]))
+
+
+def _bindings(_inst: Any, attr: attrs.Attribute, value: list[BindingArgs] | None) -> None:
+    if value is None:
+        return
+    if len(value) > MAX_BINDINGS:
+        raise invalid(attr.name, f"a job binds to at most {MAX_BINDINGS} budgets")
+    seen: set[str] = set()
+    for binding in value:
+        if binding.key in seen:
+            raise invalid(attr.name, f"budget {binding.key!r} is bound twice")
+        seen.add(binding.key)
 
 
 @attrs.frozen
@@ -42,20 +84,13 @@ class EnqueueArgs:
     lease_ms: int | None = attrs.field(default=None, validator=between(1, 86_400_000))
     unique_key: str | None = attrs.field(default=None, validator=text(255))
     debounce_ms: int | None = attrs.field(default=None, validator=between(0))
-    budgets: list[Any] | None = None
+    budgets: list[BindingArgs] | None = attrs.field(default=None, validator=_bindings)
 
     def __attrs_post_init__(self) -> None:
         if self.delay_ms is not None and self.ready_at is not None:
             raise invalid("delay_ms", "give delay_ms or ready_at, not both")
         if self.debounce_ms is not None and self.unique_key is None:
             raise invalid("debounce_ms", "debounce_ms needs a unique_key to fold on")
-        if self.budgets:
-            # Budgets arrive with the budgets feature; until then no key exists.
-            raise invalid("budgets", f"unknown budget {_budget_key(self.budgets[0])!r}")
-
-
-def _budget_key(binding: Any) -> str:
-    return binding.get("key", "?") if isinstance(binding, dict) else "?"
 
 
 @attrs.frozen
@@ -69,24 +104,63 @@ class EnqueueManyArgs:
             raise invalid("jobs", f"jobs must hold 1-{MAX_BATCH} jobs, got {len(self.jobs)}")
 
 
+def resolve_bindings(core: Core, tx: Tx, actor: str, namespace: str,
+                     bindings: list[BindingArgs]) -> list[tuple[Budget, int]]:  # fmt: skip
+    """Each binding's budget (made from ``create_with`` when missing) and cost.
+
+    An unknown key without ``create_with``, or a cost the budget can never
+    pay (above its allocation or its burst), is ``invalid_argument``.
+    """
+    resolved = []
+    for binding in bindings:
+        budget = core.budgets.get((namespace, binding.key))
+        if budget is None:
+            if binding.create_with is None:
+                raise invalid(
+                    "budgets", f"unknown budget {binding.key!r} (create it, or give create_with)"
+                )
+            budget = create_budget(core, tx, actor, namespace, binding.key, binding.spec())
+        check_cost(budget, binding.cost)
+        resolved.append((budget, binding.cost))
+    return resolved
+
+
+def check_cost(budget: Budget, cost: int) -> None:
+    """``invalid_argument`` when ``budget`` can never pay ``cost``."""
+    spec = budget.spec
+    if cost > spec.allocation:
+        raise invalid(
+            "budgets",
+            f"cost {cost} is above the allocation {spec.allocation} of budget {budget.key!r}",
+        )
+    if cost > spec.cap:
+        raise invalid(
+            "budgets", f"cost {cost} is above the burst {spec.cap} of budget {budget.key!r}"
+        )
+
+
 def _enqueue_one(
-    core: Core, tx: Tx, namespace: str, a: EnqueueArgs, new_rows: list[sql.Row]
+    core: Core, tx: Tx, call: Call, a: EnqueueArgs, new_rows: list[sql.Row]
 ) -> dict[str, Any]:
     """Enqueue one job of a call; new rows without a unique key are inserted later,
     all at once, by the caller (rows with one go in at once, so a later job of
     the same call sees the key)."""
     now = tx.now_ms
+    namespace = call.namespace
     payload = sql.dumps(a.payload)
     if a.unique_key is not None:
         live = sql.find_live_unique(tx.conn, namespace, a.queue, a.unique_key)
         if live is not None:
             if a.debounce_ms is not None and live[sql.STATE] in (lc.SCHEDULED, lc.PENDING):
                 lc.check("fold", live[sql.STATE], lc.SCHEDULED)
+                if live[sql.PARKED_ON] is not None:
+                    core.dispatch.unparked_by_fold(tx, live)
                 folded = sql.fold(tx.conn, live, payload, now + a.debounce_ms, now)
                 core.moved(tx, live, folded)
                 return _result(folded, a.payload, duplicate=False, folded=True)
             # The stored payload, not this call's: a duplicate writes nothing.
-            return {"job": sql.to_wire(live), "duplicate": True, "folded": False, "shed": False}
+            job = core.job_wire(live, now)
+            return {"job": job, "duplicate": True, "folded": False, "shed": False}
     if a.debounce_ms is not None:
         ready_at = now + a.debounce_ms
     elif a.delay_ms is not None:
@@ -95,21 +169,30 @@ def _enqueue_one(
         ready_at = a.ready_at
     else:
         ready_at = now
+    state = lc.arrival_state(ready_at, now)
+    bound: str | None = None
+    parked_on: str | None = None
+    if a.budgets:
+        resolved = resolve_bindings(core, tx, call.actor, namespace, a.budgets)
+        bound = sql.dumps([{"key": b.key, "cost": cost} for b, cost in resolved])
+        parked_on = core.dispatch.bind_new(tx, (namespace, a.queue), resolved, state == lc.PENDING)
     row = (
-        core.ids.mint(now), namespace, a.queue, a.type, payload, a.priority,
-        lc.arrival_state(ready_at, now), 0, a.max_attempts,
-        a.lease_ms or core.config.daemon.lease, ready_at, now, now, None, None, None,
-        a.unique_key, None, None, None, None,
+        core.ids.mint(now), namespace, a.queue, a.type, payload, a.priority, state, 0,
+        a.max_attempts, a.lease_ms or core.config.daemon.lease, ready_at, now, now, None, None,
+        None, a.unique_key, bound, None, None, None, parked_on,
     )  # fmt: skip
     if a.unique_key is not None:
         sql.insert(tx.conn, [row])
     new_rows.append(row)
     core.ensure_queue(tx, namespace, a.queue)
-    return _result(row, a.payload, duplicate=False, folded=False)
+    return _result(row, a.payload, duplicate=False, folded=False, core=core, now=now)
 
 
-def _result(row: sql.Row, payload: Any, *, duplicate: bool, folded: bool) -> dict[str, Any]:
+def _result(row: sql.Row, payload: Any, *, duplicate: bool, folded: bool,
+            core: Core | None = None, now: int = 0) -> dict[str, Any]:  # fmt: skip
     job = sql.to_wire(row, payload)
+    if core is not None and row[sql.BUDGETS] is not None:
+        job["admission"] = core.dispatch.admission(row, now)
     return {"job": job, "duplicate": duplicate, "folded": folded, "shed": False}
 
 
@@ -119,11 +202,10 @@ def enqueue_write(core: Core, call: Call, jobs: list[EnqueueArgs]) -> Callable[[
         call.scope(job.queue)
     if core.draining:
         raise Refused("shutting_down", "the daemon is shutting down")
-    namespace = call.namespace
 
     def write(tx: Tx) -> list[dict[str, Any]]:
         new_rows: list[sql.Row] = []
-        results = [_enqueue_one(core, tx, namespace, job, new_rows) for job in jobs]
+        results = [_enqueue_one(core, tx, call, job, new_rows) for job in jobs]
         sql.insert(tx.conn, [r for r in new_rows if r[sql.UNIQUE_KEY] is None])
         core.added(tx, new_rows)
         return results

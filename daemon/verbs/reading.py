@@ -52,7 +52,7 @@ def get(core: Core, call: Call, a: GetArgs) -> Plan:
     if row is None:
         raise not_found(f"job {a.job_id!r}")
     call.scope(row[sql.QUEUE])
-    return answer_now({"job": sql.to_wire(row)})
+    return answer_now({"job": core.job_wire(row)})
 
 
 def _status(_inst: Any, attr: attrs.Attribute, value: str | None) -> None:
@@ -81,7 +81,8 @@ def page(core: Core, call: Call, queue: str | None, status: str | None, limit: i
     # rows are all outside the token's scope must not end the listing.
     nxt = scanned[-1][sql.ID] if len(rows) > limit else None
     shown = [r for r in scanned if call.session.in_scope(r[sql.QUEUE])]
-    return {"jobs": [sql.to_wire(r) for r in shown], "next": nxt}
+    now = core.clock.now_ms()
+    return {"jobs": [core.job_wire(r, now) for r in shown], "next": nxt}
 
 
 @verb("list", ANY, ListArgs)

@@ -70,6 +70,11 @@ class Call:
     #: Identifies the connection for subscriptions.
     owner: object = None
 
+    @property
+    def actor(self) -> str:
+        """Who the audit trail names: the token's name, or ``open``."""
+        return self.session.token_name or "open"
+
     def scope(self, queue: str) -> None:
         """Refuse a queue outside the session's scope, revealing nothing."""
         if not self.session.in_scope(queue):

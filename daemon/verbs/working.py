@@ -87,11 +87,33 @@ def _new_lease() -> str:
     return secrets.token_hex(8)
 
 
-def _claimed(rows: list[sql.Row]) -> dict[str, Any]:
-    return {"jobs": [{"job": sql.to_wire(r), "admission": None} for r in rows], "empty": False}
+def _claimed(core: Core, rows: list[sql.Row]) -> dict[str, Any]:
+    now = core.clock.now_ms()
+    admission = core.dispatch.claimed_admission
+    jobs = [
+        {"job": sql.to_wire(r), "admission": None if r[sql.BUDGETS] is None else admission(r, now)}
+        for r in rows
+    ]
+    return {"jobs": jobs, "empty": False}
 
 
 EMPTY: dict[str, Any] = {"jobs": [], "empty": True}
+
+
+def _empty(core: Core, namespace: str, queues: list[str]) -> dict[str, Any]:
+    """Nothing claimable: with ``deferred`` when admission holds pending jobs back."""
+    deferred = core.dispatch.deferred(namespace, queues, core.clock.now_ms())
+    return {**EMPTY, "deferred": deferred} if deferred else EMPTY
+
+
+def deferred_refusal(job_id: str, queue: str, held: dict[str, Any]) -> Refused:
+    """``claim`` of a job admission holds back: ``deferred``, nothing changed."""
+    return Refused(
+        "deferred", f"job {job_id!r} is deferred: {held['reason']}"
+        + (f" on budget {held['budget']!r}" if held.get("budget") else ""),
+        queue=queue, reason=held["reason"], next_eligible_at=held["next_eligible_at"],
+        exact=held["exact"], budget=held.get("budget"),
+    )  # fmt: skip
 
 
 @verb("claim_next", ("consume",), ClaimNextArgs)
@@ -112,12 +134,13 @@ def claim_next(core: Core, call: Call, a: ClaimNextArgs) -> Plan:
 
         def write(tx: Tx) -> list[sql.Row]:
             core.catch_up(tx)
-            rows = sql.claim_next(
-                tx.conn, namespace, queues, a.max, _new_lease(), a.lease_ms, tx.now_ms
-            )
+            rows = core.dispatch.claim(tx, namespace, queues, a.max, _new_lease(), a.lease_ms)
             core.claimed(tx, rows)
             if not rows and may_wait:
                 tx.after(lambda: waiting.append(core.router.register(keys)))
+                if core.dispatch.parks_left <= 0:
+                    # Parking stopped at its limit: more may be claimable; look again.
+                    tx.after(lambda: [core.router.ring(k, 1, pending=1, edge=False) for k in keys])
             return rows
 
         return write, waiting
@@ -130,22 +153,22 @@ def claim_next(core: Core, call: Call, a: ClaimNextArgs) -> Plan:
             finally:
                 core.router.unregister(waiter)
             if not waiter.event.is_set() or core.router.closed:
-                return EMPTY
+                return _empty(core, namespace, queues)
             write, waiting = attempt()
             rows = await core.writer.write(write)
             if rows:
-                return _claimed(rows)
+                return _claimed(core, rows)
             if not waiting:
-                return EMPTY
+                return _empty(core, namespace, queues)
             waiter = waiting[0]
 
     first, first_waiting = attempt()
 
     def answer(rows: list[sql.Row]) -> dict[str, Any] | Later:
         if rows:
-            return _claimed(rows)
+            return _claimed(core, rows)
         if not first_waiting:
-            return EMPTY
+            return _empty(core, namespace, queues)
         waiter = first_waiting[0]
         return Later(lambda: wait_for_work(waiter), lambda: core.router.unregister(waiter))
 
@@ -198,12 +221,16 @@ def claim(core: Core, call: Call, a: ClaimArgs) -> Plan:
             raise Refused(
                 "conflict", f"job {a.job_id!r} is {row[sql.STATE]}", job_status=row[sql.STATE]
             )
+        if row[sql.BUDGETS] is not None:
+            held = core.dispatch.admission(row, tx.now_ms)
+            if row[sql.PARKED_ON] is not None or core.dispatch.debit(tx, row) is not None:
+                raise deferred_refusal(a.job_id, row[sql.QUEUE], held or {})
         lc.check("claim", lc.PENDING, lc.RUNNING)
         claimed = sql.mark_running(tx.conn, [row], _new_lease(), a.lease_ms, tx.now_ms)
         core.claimed(tx, claimed)
         return claimed[0]
 
-    return Plan(write, lambda row: {"job": sql.to_wire(row), "admission": None})
+    return Plan(write, lambda row: _claimed(core, [row])["jobs"][0])
 
 
 Change = Callable[[Tx, sql.Row], Any]

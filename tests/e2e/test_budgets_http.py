@@ -1,9 +1,7 @@
 """Budgets over HTTP against a real daemon: seed 003's examples replayed, and the edges.
 
 Every request/response example of seed 003 is sent as the seed writes it (the
-raw bodies are the seed's text). The four examples that need jobs bound to
-budgets are strict xfails until bindings arrive with budget dispatch: they then
-pass, and strict mode makes the suite say so.
+raw bodies are the seed's text), jobs bound to budgets included.
 
 Our budget object is seed 003's plus ``state: {available, in_flight, parked}``;
 error bodies are seed 003's ``{"error"}`` plus ``code`` and details.
@@ -24,7 +22,6 @@ pytestmark = pytest.mark.e2e
 
 JSON = "application/json"
 MSGPACK = "application/msgpack"
-BINDINGS = "budget bindings arrive with budget dispatch (issue 3)"
 
 # -- seed 003's request bodies, verbatim ------------------------------------------
 
@@ -218,7 +215,6 @@ def _enqueued(response: httpx.Response) -> dict[str, Any]:
     return body
 
 
-@pytest.mark.xfail(reason=BINDINGS, strict=True)
 def test_seed_003_enqueue_a_job_against_multiple_budgets(daemon):
     with daemon.http() as http:
         _seed_budgets(http)
@@ -229,7 +225,6 @@ def test_seed_003_enqueue_a_job_against_multiple_budgets(daemon):
         ]
 
 
-@pytest.mark.xfail(reason=BINDINGS, strict=True)
 def test_seed_003_enqueue_a_job_using_create_with(daemon):
     with daemon.http() as http:
         assert keys(http) == []
@@ -245,7 +240,6 @@ def test_seed_003_enqueue_a_job_using_create_with(daemon):
         }
 
 
-@pytest.mark.xfail(reason=BINDINGS, strict=True)
 def test_seed_003_delete_a_referenced_budget_rejected(daemon):
     with daemon.http() as http:
         _seed_budgets(http)
@@ -259,7 +253,6 @@ def test_seed_003_delete_a_referenced_budget_rejected(daemon):
         assert keys(http) == ["image-service", "schema-bot"]
 
 
-@pytest.mark.xfail(reason=BINDINGS, strict=True)
 def test_seed_003_reduce_a_budget_below_a_jobs_cost_rejected(daemon):
     with daemon.http() as http:
         _seed_budgets(http)

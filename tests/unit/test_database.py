@@ -115,6 +115,40 @@ async def test_a_refused_write_rolls_back_alone(db, autojump_clock):
         assert sorted(effects) == ["a", "c", "d"]  # the refused write's effects never run
 
 
+def _counting(key: str, counter: dict[str, int], *, refuse: bool = False):
+    """A write that changes memory at once (with its undo), then maybe is refused."""
+
+    def fn(tx):
+        tx.conn.execute("INSERT INTO t VALUES (?, ?)", (key, 0))
+        counter["n"] += 1
+        tx.undo(lambda: counter.__setitem__("n", counter["n"] - 1))
+        if refuse:
+            raise Refused("conflict", f"{key} refused")
+        return key
+
+    return fn
+
+
+async def test_memory_changed_by_writes_follows_their_rollback(db, autojump_clock):
+    # "bad" is refused after changing rows: the batch is rolled back whole and
+    # run again with savepoints, so every write runs twice and every undo must
+    # run exactly when its statements were undone.
+    with trio.fail_after(10):
+        writer = GroupCommit(db.conn, lambda: 1000)
+        counter = {"n": 0}
+        outcomes: dict[str, object] = {}
+        async with trio.open_nursery() as nursery:
+            await nursery.start(writer.run)
+            async with trio.open_nursery() as writers:
+                for key in ("a", "bad", "c"):
+                    fn = _counting(key, counter, refuse=key == "bad")
+                    writers.start_soon(_submit, writer, outcomes, key, fn)
+            nursery.cancel_scope.cancel()
+        assert outcomes == {"a": "a", "bad": "conflict", "c": "c"}
+        assert _rows(db) == {"a": 0, "c": 0}
+        assert counter["n"] == 2
+
+
 async def test_a_bug_in_a_write_is_an_internal_refusal_for_it_alone(db, autojump_clock, caplog):
     with trio.fail_after(10):
         writer = GroupCommit(db.conn, lambda: 1000)

@@ -16,18 +16,25 @@ from daemon.store import jobs as sql
 from daemon.store.database import open_database
 
 NOW = 1_700_000_000_000
-STATES = ("scheduled", "pending", "running", "completed", "dead")
+STATES = ("scheduled", "pending", "parked", "running", "completed", "dead")
 
 
 def _row(job_id: str, queue: str, state: str, priority: int, ready_at: int) -> tuple:
+    parked_on = None
+    if state == "parked":  # pending, but parked on a budget: not claimable
+        state, parked_on = "pending", "budget"
     values = {
         "id": job_id, "namespace": "ns", "queue": queue, "type": "t", "payload": "{}",
         "priority": priority, "state": state, "attempts": 0, "max_attempts": 5,
         "lease_ms": 30_000, "ready_at": ready_at, "created_at": NOW, "updated_at": NOW,
         "finished_at": None, "lease": None, "lease_expires_at": None, "unique_key": None,
-        "budgets": None, "error": None, "result": None, "dead": None,
+        "budgets": None, "error": None, "result": None, "dead": None, "parked_on": parked_on,
     }  # fmt: skip
     return tuple(values[c] for c in sql.COLUMNS)
+
+
+def _claim(conn, queues, limit, lease="lease", lease_ms=None):
+    return sql.mark_running(conn, sql.ready(conn, "ns", queues, limit), lease, lease_ms, NOW)
 
 
 def _plan(conn, statement: str) -> list[tuple[int, int, str]]:
@@ -40,7 +47,7 @@ def _claim_capturing(conn, queues, limit):
     conn.set_trace_callback(statements.append)
     conn.execute("BEGIN IMMEDIATE")
     try:
-        rows = sql.claim_next(conn, "ns", queues, limit, "lease", None, NOW)
+        rows = _claim(conn, queues, limit)
     finally:
         conn.execute("ROLLBACK")
         conn.set_trace_callback(None)
@@ -97,7 +104,11 @@ def test_claim_reads_the_ready_index_whatever_the_backlog(counts, n_queues, limi
         claimed, statements = _claim_capturing(conn, queues, limit)
         _check_plan(conn, statements, n_queues)
         expected = sorted(
-            (r for r in rows if r[sql.STATE] == "pending" and r[sql.QUEUE] in queues),
+            (
+                r
+                for r in rows
+                if r[sql.STATE] == "pending" and r[sql.PARKED_ON] is None and r[sql.QUEUE] in queues
+            ),
             key=lambda r: (r[sql.PRIORITY], r[sql.READY_AT], r[sql.ID]),
         )[:limit]
         assert [r[sql.ID] for r in claimed] == [r[sql.ID] for r in expected]
@@ -113,7 +124,7 @@ def test_claim_marks_rows_running_with_one_lease(tmp_path):
         conn.execute("BEGIN")
         sql.insert(conn, [_row("a", "q", "pending", 1, NOW), _row("b", "q", "pending", 2, NOW),
                           _row("c", "q", "scheduled", 0, NOW + 10)])  # fmt: skip
-        claimed = sql.claim_next(conn, "ns", ["q"], 5, "L", 2_000, NOW)
+        claimed = _claim(conn, ["q"], 5, "L", 2_000)
         conn.execute("COMMIT")
         assert [r[sql.ID] for r in claimed] == ["a", "b"]
         stored = conn.execute(

@@ -1,0 +1,468 @@
+"""Budget dispatch: the claim gate, parking, and releasing parked jobs.
+
+A job bound to budgets is claimed only if every one of them can debit its
+cost now; the debits are made in memory inside the claim's transaction (undone
+if it rolls back) and the pools' state is written in the same transaction.
+Otherwise the job is *parked* on the first budget that cannot pay: it keeps
+status ``pending`` but leaves the ready index (``parked_on``), so no later
+claim reads it, and the search goes on.
+
+A budget's parked jobs come back oldest first, as many as its tokens allow,
+when :class:`~actors.due.DueActor` (the budgets' shared waker) reaches the
+instant its oldest parked job becomes affordable: exact for ``time_based``,
+at once after a credit for ``while_in_flight``. Released jobs are *reserved*
+until claimed, so one refill is not promised twice; the debit at claim stays
+authoritative, so a budget is never over-spent, across restarts included.
+
+Every change of a budget's memory made inside a write is undone with the
+write (:meth:`~daemon.store.database.Tx.undo`), so a rolled-back claim,
+enqueue or completion leaves no trace.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from actors import lifecycle as lc
+from actors.budget import Budget
+from actors.due import DueActor
+from actors.errors import Refused
+from daemon.store import budgets as budget_sql
+from daemon.store import jobs as sql
+from daemon.store.database import Tx
+
+if TYPE_CHECKING:
+    from daemon.core import Core
+
+log = logging.getLogger("sluicegate.budgets")
+
+QueueKey = tuple[str, str]
+#: At most this many jobs are parked by one claim: a flood of unaffordable jobs
+#: in the ready index is parked over several transactions, never in one stall.
+PARK_PER_CLAIM = 1000
+#: At most this many parked jobs are released per budget per transaction.
+RELEASE_BATCH = 1000
+
+UNFINISHED = (lc.SCHEDULED, lc.PENDING, lc.RUNNING)
+
+
+def bindings(text: str | None) -> list[tuple[str, int]]:
+    """A job's stored ``budgets`` column as ``(key, cost)`` pairs."""
+    if text is None:
+        return []
+    return [(b["key"], b["cost"]) for b in orjson.loads(text)]
+
+
+def cost_for(text: str | None, key: str) -> int:
+    """What a job with stored bindings ``text`` costs budget ``key``."""
+    return next((cost for k, cost in bindings(text) if k == key), 1)
+
+
+class BudgetDispatch:
+    """The budgets' side of enqueue, claim and finishing, for one daemon."""
+
+    def __init__(self, core: Core) -> None:
+        self._core = core
+        #: (namespace, queue) -> {budget key: jobs parked}.
+        self.parked_by_queue: dict[QueueKey, dict[str, int]] = {}
+        #: Budgets with parked jobs: what the waker looks at.
+        self.waiting: set[QueueKey] = set()
+        self.waker = DueActor(core.clock, _Release(self))
+        #: Set by a claim that parked its limit of jobs: there may be more.
+        self.parks_left = PARK_PER_CLAIM
+
+    @property
+    def budgets(self) -> dict[QueueKey, Budget]:
+        return self._core.budgets
+
+    def _resolve(self, namespace: str, text: str | None) -> list[tuple[Budget, int]]:
+        out = []
+        for key, cost in bindings(text):
+            budget = self.budgets.get((namespace, key))
+            if budget is None:  # not possible while bound jobs block deletion
+                log.warning("job bound to missing budget %r/%r: ignored", namespace, key)
+                continue
+            out.append((budget, cost))
+        return out
+
+    # -- start-up -------------------------------------------------------------
+
+    def recover(self) -> None:
+        """Rebuild parked counts, bound costs and in-flight costs from the store."""
+        conn = self._core.conn
+        self.parked_by_queue.clear()
+        self.waiting.clear()
+        for budget in self.budgets.values():
+            budget.parked, budget.head_cost = 0, None
+            budget.bound.clear()
+            budget.reserved.clear()
+            budget.holders.clear()
+            budget.pool.in_flight = 0
+        for namespace, queue, key, n in sql.parked_counts(conn):
+            budget = self.budgets.get((namespace, key))
+            if budget is None:
+                log.warning("%d job(s) parked on missing budget %r/%r", n, namespace, key)
+                continue
+            budget.parked += n
+            per_queue = self.parked_by_queue.setdefault((namespace, queue), {})
+            per_queue[key] = per_queue.get(key, 0) + n
+            self.waiting.add((namespace, key))
+        for job_id, namespace, state, text in sql.unfinished_bindings(conn):
+            for budget, cost in self._resolve(namespace, text):
+                budget.bind(cost)
+                if state == lc.RUNNING:
+                    budget.pool.in_flight += cost
+                    budget.holders.add(job_id)
+
+    # -- enqueue ----------------------------------------------------------------
+
+    def bind_new(self, tx: Tx, queue: QueueKey, resolved: list[tuple[Budget, int]],
+                 pending: bool) -> str | None:  # fmt: skip
+        """A new job binds to ``resolved``: count it; return the budget to park it on.
+
+        A pending job is parked at once when a budget already has parked jobs
+        (it queues behind them) or cannot afford it beside what it promised.
+        """
+        for budget, cost in resolved:
+            _change_bound(tx, budget, cost, 1)
+        if not pending:
+            return None
+        for budget, cost in resolved:
+            if budget.parked > 0 or not budget.pool.can_debit(
+                cost + budget.reserved_cost, tx.now_ms
+            ):
+                self._count_parked(tx, budget, queue, cost, 1, newest=True)
+                return budget.key
+        return None
+
+    # -- claim ------------------------------------------------------------------
+
+    def claim(self, tx: Tx, namespace: str, queues: list[str], limit: int, lease: str,
+              lease_ms: int | None) -> list[sql.Row]:  # fmt: skip
+        """Claim up to ``limit`` jobs of ``queues``: the ready ones whose budgets pay.
+
+        Parks the others and reads on, so a parked job never holds back the
+        jobs behind it. The work is what is claimed plus what is parked (each
+        job is parked once), never the parked backlog.
+        """
+        conn, now = tx.conn, tx.now_ms
+        claimed: list[sql.Row] = []
+        parks_left = PARK_PER_CLAIM
+        while True:
+            want = limit - len(claimed)
+            rows = sql.ready(conn, namespace, queues, want)
+            admitted = []
+            parked = 0
+            for row in rows:
+                if row[sql.BUDGETS] is None:
+                    admitted.append(row)
+                    continue
+                blocker = self.debit(tx, row)
+                if blocker is None:
+                    admitted.append(row)
+                elif parks_left > 0:
+                    self.park(tx, row, blocker)
+                    parks_left -= 1
+                    parked += 1
+            claimed += sql.mark_running(conn, admitted, lease, lease_ms, now)
+            if not parked or len(rows) < want or parks_left <= 0:
+                self.parks_left = parks_left
+                return claimed
+
+    def debit(self, tx: Tx, row: sql.Row) -> Budget | None:
+        """Debit every budget of ``row`` at once, or none: the first that cannot pay."""
+        now = tx.now_ms
+        resolved = self._resolve(row[sql.NAMESPACE], row[sql.BUDGETS])
+        for budget, cost in resolved:
+            if not budget.pool.can_debit(cost, now):
+                return budget
+        job_id = row[sql.ID]
+        before = [(b, b.pool.raw(), b.reserved.get(job_id)) for b, _c in resolved]
+        for budget, cost in resolved:
+            budget.pool.debit(cost, now)
+            budget.holders.add(job_id)
+            budget.reserved.pop(job_id, None)
+            _save_pool(tx, budget)
+
+        def undo() -> None:
+            for budget, raw, reserved in before:
+                budget.pool.restore(raw)
+                budget.holders.discard(job_id)
+                if reserved is not None:
+                    budget.reserved[job_id] = reserved
+
+        tx.undo(undo)
+        metrics = self._core.metrics
+        tx.after(lambda: [metrics.budget_debited(b.key, c) for b, c in resolved])
+        return None
+
+    def park(self, tx: Tx, row: sql.Row, budget: Budget) -> None:
+        """Park ``row`` on ``budget``: out of the ready index until released."""
+        job_id = row[sql.ID]
+        sql.park(tx.conn, [(budget.key, job_id)])
+        queue = (row[sql.NAMESPACE], row[sql.QUEUE])
+        self._count_parked(tx, budget, queue, cost_for(row[sql.BUDGETS], budget.key), 1)
+        # A released job that comes back no longer holds its promise.
+        for other, _cost in self._resolve(row[sql.NAMESPACE], row[sql.BUDGETS]):
+            promised = other.reserved.pop(job_id, None)
+            if promised is not None:
+                tx.undo(lambda o=other, p=promised: o.reserved.__setitem__(job_id, p))
+                tx.after(lambda o=other: self._wake(o))
+
+    def _count_parked(self, tx: Tx, budget: Budget, queue: QueueKey, cost: int, n: int,
+                      *, newest: bool = False) -> None:  # fmt: skip
+        """``n`` jobs of ``queue`` were parked on ``budget`` (released, if negative).
+
+        ``newest``: the parked job is younger than every other parked on it
+        (a new job), so the head stays; a job parked by a claim may be older.
+        """
+        head = budget.head_cost
+        budget.parked += n
+        if n > 0 and budget.parked == n:
+            budget.head_cost = cost
+        elif n > 0 and not newest:
+            budget.head_cost = None
+        key = (budget.namespace, budget.key)
+        was_waiting = key in self.waiting
+        if budget.parked > 0:
+            self.waiting.add(key)
+        else:
+            self.waiting.discard(key)
+
+        def undo() -> None:
+            budget.parked -= n
+            budget.head_cost = head
+            if was_waiting:
+                self.waiting.add(key)
+            else:
+                self.waiting.discard(key)
+
+        def effect() -> None:
+            # Per queue only after commit, beside the queue counts it offsets.
+            per_queue = self.parked_by_queue.setdefault(queue, {})
+            per_queue[budget.key] = per_queue.get(budget.key, 0) + n
+            if per_queue[budget.key] <= 0:
+                del per_queue[budget.key]
+                if not per_queue:
+                    del self.parked_by_queue[queue]
+            if n > 0:
+                self._wake(budget)
+
+        tx.undo(undo)
+        tx.after(effect)
+
+    # -- jobs leaving running, finishing, coming back ---------------------------
+
+    def moved(self, tx: Tx, source: str, after: sql.Row) -> None:
+        """A bound job went from ``source`` to ``after``'s state."""
+        resolved = self._resolve(after[sql.NAMESPACE], after[sql.BUDGETS])
+        target = after[sql.STATE]
+        job_id = after[sql.ID]
+        if source == lc.RUNNING and target != lc.RUNNING:
+            before = [(b, b.pool.raw(), job_id in b.holders) for b, _c in resolved]
+            for budget, cost in resolved:
+                budget.pool.credit(cost)
+                budget.holders.discard(job_id)
+
+            def undo() -> None:
+                for budget, raw, held in before:
+                    budget.pool.restore(raw)
+                    if held:
+                        budget.holders.add(job_id)
+
+            tx.undo(undo)
+            tx.after(lambda: [self._wake(b) for b, _c in resolved])
+        was, now = source in UNFINISHED, target in UNFINISHED
+        if was != now:
+            for budget, cost in resolved:
+                _change_bound(tx, budget, cost, 1 if now else -1)
+
+    def check_payable(self, row: sql.Row) -> None:
+        """Before a dead job comes back: ``conflict`` if a budget of it is gone or
+        can no longer pay its cost (it would wait for ever)."""
+        namespace, job_id = row[sql.NAMESPACE], row[sql.ID]
+        for key, cost in bindings(row[sql.BUDGETS]):
+            budget = self.budgets.get((namespace, key))
+            if budget is None:
+                raise Refused(
+                    "conflict", f"job {job_id!r} is bound to budget {key!r}, which no longer exists"
+                )
+            if cost > budget.spec.max_cost():
+                raise Refused(
+                    "conflict", f"job {job_id!r} costs {cost} on budget {key!r}, "
+                    f"which can pay at most {budget.spec.max_cost()}",
+                )  # fmt: skip
+
+    def unparked_by_fold(self, tx: Tx, before: sql.Row) -> None:
+        """A parked job was folded (debounce) back to scheduled: it is no longer parked."""
+        key = before[sql.PARKED_ON]
+        budget = self.budgets.get((before[sql.NAMESPACE], key))
+        if budget is not None:
+            cost = cost_for(before[sql.BUDGETS], key)
+            queue = (before[sql.NAMESPACE], before[sql.QUEUE])
+            self._count_parked(tx, budget, queue, cost, -1)
+            budget.head_cost = None
+
+    def claimed_admission(self, row: sql.Row, now_ms: int) -> dict[str, Any] | None:
+        """``admission`` of a successful claim: each budget's tokens left."""
+        resolved = self._resolve(row[sql.NAMESPACE], row[sql.BUDGETS])
+        if not resolved:
+            return None
+        return {"budgets": [{"key": b.key, "available": b.pool.available(now_ms)}
+                            for b, _c in resolved]}  # fmt: skip
+
+    # -- releasing parked jobs --------------------------------------------------
+
+    def settings_changed(self, budget: Budget) -> None:
+        """A budget was updated (after commit): a raised limit may release jobs."""
+        self._wake(budget)
+
+    def _wake(self, budget: Budget) -> None:
+        """Something changed a budget's tokens or queue: tell the waker when to look."""
+        if budget.parked > 0:
+            at = budget.next_release_at(self._core.clock.now_ms())
+            if at is not None:
+                self.waker.note(at)
+            elif budget.head_cost is None:
+                self.waker.note(self._core.clock.now_ms())  # find the head, then decide
+
+    def earliest(self) -> int | None:
+        """The first instant some budget can release its oldest parked job."""
+        now = self._core.clock.now_ms()
+        best: int | None = None
+        for key in list(self.waiting):
+            budget = self.budgets.get(key)
+            if budget is None or budget.parked <= 0:
+                self.waiting.discard(key)
+                continue
+            if budget.head_cost is None:
+                oldest = sql.parked_oldest(self._core.conn, key[0], key[1], 1)
+                budget.head_cost = cost_for(oldest[0][2], key[1]) if oldest else 1
+            at = budget.next_release_at(now)
+            if at is not None and (best is None or at < best):
+                best = at
+        return best
+
+    def release_due(self, tx: Tx) -> None:
+        """Release, on every budget that can pay for some, its oldest parked jobs."""
+        for key in list(self.waiting):
+            budget = self.budgets.get(key)
+            if budget is None:
+                continue
+            at = budget.next_release_at(tx.now_ms)
+            if at is not None and at <= tx.now_ms:
+                self._release(tx, budget)
+
+    def _release(self, tx: Tx, budget: Budget) -> None:
+        rows = sql.parked_oldest(tx.conn, budget.namespace, budget.key, RELEASE_BATCH)
+        promised = budget.reserved_cost
+        released: list[tuple[str, str, int]] = []
+        head: int | None = None
+        for job_id, queue, text in rows:
+            cost = cost_for(text, budget.key)
+            if not budget.pool.can_debit(promised + cost, tx.now_ms):
+                head = cost
+                break
+            promised += cost
+            released.append((job_id, queue, cost))
+        if not released:
+            budget.head_cost = head
+            return
+        sql.unpark(tx.conn, [job_id for job_id, _q, _c in released])
+        per_queue: dict[str, int] = {}
+        for job_id, queue, cost in released:
+            self._count_parked(tx, budget, (budget.namespace, queue), cost, -1)
+            budget.reserved[job_id] = cost
+            per_queue[queue] = per_queue.get(queue, 0) + 1
+        ids = [job_id for job_id, _q, _c in released]
+        tx.undo(lambda: [budget.reserved.pop(i, None) for i in ids])
+        budget.head_cost = head
+        namespace, core = budget.namespace, self._core
+        tx.after(lambda: [core.released((namespace, q), n) for q, n in per_queue.items()])
+
+    # -- what is held back, for answers ------------------------------------------
+
+    def parked_in(self, queue: QueueKey) -> int:
+        """How many jobs of ``queue`` are parked."""
+        return sum(self.parked_by_queue.get(queue, {}).values())
+
+    def deferred(self, namespace: str, queues: Iterable[str], now_ms: int) -> list[dict[str, Any]]:
+        """``claim_next``'s ``deferred`` entries: queues whose pending jobs are parked."""
+        out = []
+        for queue in queues:
+            per_budget = self.parked_by_queue.get((namespace, queue))
+            if not per_budget:
+                continue
+            options = []
+            for key in per_budget:
+                budget = self.budgets.get((namespace, key))
+                if budget is not None:
+                    at, exact = self.eligible(budget, budget.head_cost or 1, now_ms)
+                    options.append((at is None, at or 0, key, at, exact))
+            entry = {"queue": queue, "reason": "budget_exhausted",
+                     "pending": sum(per_budget.values()), "next_eligible_at": None,
+                     "exact": False, "budget": None}  # fmt: skip
+            if options:  # the budget that frees this queue first
+                _none, _at, key, at, exact = min(options)
+                entry.update(next_eligible_at=at, exact=exact, budget=key)
+            out.append(entry)
+        return out
+
+    def eligible(self, budget: Budget, cost: int, now_ms: int) -> tuple[int | None, bool]:
+        """When ``budget`` can next pay ``cost`` beside what it promised; exact or a hint.
+
+        ``time_based``: the instant the drip makes it affordable (exact).
+        ``while_in_flight``: the earliest lease expiry of a job holding it, a
+        hint (``exact`` false) like ``in_flight_full``'s.
+        """
+        need = cost + budget.reserved_cost
+        if budget.pool.time_based:
+            at = budget.pool.eligible_at(need, now_ms)
+            return (at, at is not None)
+        if budget.pool.can_debit(need, now_ms):
+            return (now_ms, False)
+        running = self._core.running
+        expiries = [running[i][sql.LEASE_EXPIRES_AT] for i in budget.holders if i in running]
+        return (min(expiries, default=None), False)
+
+    def admission(self, row: sql.Row, now_ms: int) -> dict[str, Any] | None:
+        """The derived ``admission`` of a pending job bound to budgets (None otherwise)."""
+        if row[sql.STATE] != lc.PENDING or row[sql.BUDGETS] is None:
+            return None
+        namespace = row[sql.NAMESPACE]
+        parked_on = row[sql.PARKED_ON]
+        for budget, cost in self._resolve(namespace, row[sql.BUDGETS]):
+            if budget.key == parked_on or (
+                parked_on is None and not budget.pool.can_debit(cost, now_ms)
+            ):
+                at, exact = self.eligible(budget, cost, now_ms)
+                return {"state": "deferred", "reason": "budget_exhausted",
+                        "next_eligible_at": at, "exact": exact, "budget": budget.key}  # fmt: skip
+        return {"state": "admitted", "reason": None, "next_eligible_at": None, "exact": True}
+
+
+def _change_bound(tx: Tx, budget: Budget, cost: int, n: int) -> None:
+    budget.bind(cost, n)
+    tx.undo(lambda: budget.bind(cost, -n))
+
+
+def _save_pool(tx: Tx, budget: Budget) -> None:
+    state = budget.pool.snapshot(tx.now_ms)
+    budget_sql.save_pool(tx.conn, budget.namespace, budget.key, state)
+
+
+class _Release:
+    """The budgets' waker's view: when the next release is due, and doing it."""
+
+    def __init__(self, dispatch: BudgetDispatch) -> None:
+        self._dispatch = dispatch
+
+    def earliest(self) -> int | None:
+        return self._dispatch.earliest()
+
+    async def run_due(self, now_ms: int) -> None:
+        await self._dispatch._core.writer.write(self._dispatch.release_due)

@@ -1,0 +1,318 @@
+"""Budget dispatch in a real Core on MockClock: the claim gate, parking, release.
+
+Seed 003's scenarios run through the verbs (enqueue, claim_next, complete) on
+virtual time, so a minute of drip takes milliseconds and every instant is exact.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+
+from actors.errors import Refused
+from daemon.core import Core
+from daemon.store.database import open_database
+from tests.unit.harness import WALL0, call, running_core
+
+WIF5 = {"allocation": 5, "strategy": {"type": "while_in_flight"}}
+
+
+def six_per_minute(burst: int | None = None) -> dict[str, Any]:
+    strategy: dict[str, Any] = {"type": "time_based", "duration_ms": 60_000}
+    if burst is not None:
+        strategy["burst"] = burst
+    return {"allocation": 6, "strategy": strategy}
+
+
+async def budget(core: Core, key: str, spec: dict[str, Any]) -> None:
+    await call(core, "budget_create", key=key, **spec)
+
+
+async def enqueue(core: Core, n: int, budgets: list[dict[str, Any]] | None,
+                  queue: str = "q") -> list[str]:  # fmt: skip
+    jobs = [{"queue": queue, "type": "t", "budgets": budgets} for _ in range(n)]
+    if budgets is None:
+        jobs = [{"queue": queue, "type": "t"} for _ in range(n)]
+    out = await call(core, "enqueue_many", jobs=jobs)
+    return [r["job"]["id"] for r in out["results"]]
+
+
+async def claim(core: Core, n: int = 100, queue: str = "q", **kw: Any) -> list[dict[str, Any]]:
+    out = await call(core, "claim_next", queues=[queue], max=n, **kw)
+    return [j["job"] for j in out["jobs"]]
+
+
+async def complete(core: Core, job: dict[str, Any]) -> None:
+    await call(core, "complete", job_id=job["id"], lease=job["lease"])
+
+
+def state(core: Core, key: str) -> dict[str, Any]:
+    return core.budgets[("default", key)].to_wire(core.clock.now_ms())["state"]
+
+
+async def test_while_in_flight_five_runs_five_at_a_time(tmp_path, autojump_clock):
+    async with running_core(tmp_path) as core:
+        await budget(core, "b", WIF5)
+        ids = await enqueue(core, 12, [{"key": "b"}])
+        first = await claim(core)
+        assert [j["id"] for j in first] == ids[:5]
+        assert state(core, "b") == {"available": 0.0, "in_flight": 5, "parked": 7}
+        # The rest wait, pending, and say why.
+        waiting = (await call(core, "get", job_id=ids[5]))["job"]
+        assert waiting["status"] == "pending"
+        assert waiting["admission"] == {
+            "state": "deferred", "reason": "budget_exhausted", "budget": "b",
+            "next_eligible_at": first[0]["lease_expires_at"], "exact": False,
+        }  # fmt: skip
+        empty = await call(core, "claim_next", queues=["q"], max=10)
+        assert empty["jobs"] == [] and empty["empty"] is True
+        assert empty["deferred"] == [{
+            "queue": "q", "reason": "budget_exhausted", "pending": 7,
+            "next_eligible_at": first[0]["lease_expires_at"], "exact": False, "budget": "b",
+        }]  # fmt: skip
+        # Two finish: exactly two more run, the oldest parked first.
+        await complete(core, first[0])
+        await complete(core, first[1])
+        await trio.sleep(0.01)  # virtual time: autojump_clock
+        second = await claim(core)
+        assert [j["id"] for j in second] == ids[5:7]
+        assert state(core, "b") == {"available": 0.0, "in_flight": 5, "parked": 5}
+
+
+async def test_two_second_jobs_under_while_in_flight_5_run_in_waves(tmp_path, autojump_clock):
+    """Seed 003's first timeline: 2-second jobs, five at a time."""
+    async with running_core(tmp_path) as core:
+        await budget(core, "b", WIF5)
+        await enqueue(core, 15, [{"key": "b"}])
+        starts: list[float] = []
+        running = 0
+        most = 0
+        all_started = trio.Event()
+
+        async def worker() -> None:
+            nonlocal running, most
+            while len(starts) < 15:
+                jobs = await claim(core, n=1, wait_ms=60_000)
+                for job in jobs:
+                    starts.append(trio.current_time())
+                    if len(starts) == 15:
+                        all_started.set()
+                    running += 1
+                    most = max(most, running)
+                    await trio.sleep(2)  # virtual time: autojump_clock
+                    running -= 1
+                    await complete(core, job)
+
+        t0 = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            for _ in range(8):
+                nursery.start_soon(worker)
+            await all_started.wait()
+            nursery.cancel_scope.cancel()
+        assert most == 5
+        waves = sorted(round(s - t0, 1) for s in starts)
+        assert waves == [0.0] * 5 + [2.0] * 5 + [4.0] * 5
+
+
+async def _dispatch_times(core: Core, n: int) -> list[float]:
+    """Claim ``n`` jobs one at a time with a waiting claim; their virtual instants."""
+    t0 = trio.current_time()
+    times = []
+    while len(times) < n:
+        for job in await claim(core, n=1, wait_ms=600_000):
+            times.append(round(trio.current_time() - t0, 3))
+            await complete(core, job)
+    return times
+
+
+async def test_time_based_6_per_minute_burst_1_dispatches_one_every_10s(tmp_path, autojump_clock):
+    async with running_core(tmp_path) as core:
+        await budget(core, "drip", six_per_minute(burst=1))
+        await enqueue(core, 5, [{"key": "drip"}])
+        assert await _dispatch_times(core, 5) == [0.0, 10.0, 20.0, 30.0, 40.0]
+
+
+async def test_time_based_default_burst_six_at_once_then_every_10s(tmp_path, autojump_clock):
+    async with running_core(tmp_path) as core:
+        await budget(core, "drip", six_per_minute())
+        await enqueue(core, 9, [{"key": "drip"}])
+        times = await _dispatch_times(core, 9)
+        assert times == [0.0] * 6 + [10.0, 20.0, 30.0]
+
+
+async def test_parked_job_does_not_hold_back_an_unbudgeted_job(tmp_path, autojump_clock):
+    async with running_core(tmp_path) as core:
+        await budget(core, "one", {"allocation": 1, "strategy": {"type": "while_in_flight"}})
+        budgeted = await enqueue(core, 3, [{"key": "one"}])
+        free = await enqueue(core, 2, None)
+        got = await claim(core, n=10)
+        assert [j["id"] for j in got] == [budgeted[0], *free]
+        assert state(core, "one")["parked"] == 2
+
+
+async def test_job_bound_to_two_budgets_runs_only_when_both_allow(tmp_path, autojump_clock):
+    async with running_core(tmp_path) as core:
+        await budget(core, "slots", {"allocation": 2, "strategy": {"type": "while_in_flight"}})
+        await budget(core, "drip", six_per_minute(burst=1))
+        ids = await enqueue(core, 3, [{"key": "slots"}, {"key": "drip"}])
+        assert [j["id"] for j in await claim(core)] == ids[:1]  # drip allows one
+        await trio.sleep(10.01)  # virtual time: autojump_clock
+        assert [j["id"] for j in await claim(core)] == ids[1:2]  # slots: 2 of 2
+        await trio.sleep(10.01)  # virtual time: autojump_clock
+        assert await claim(core) == []  # drip has a token, slots none
+        assert state(core, "slots")["in_flight"] == 2
+        assert state(core, "drip")["available"] == 1.0  # nothing debited from it
+
+
+async def test_claim_of_a_parked_job_is_deferred_and_changes_nothing(tmp_path, autojump_clock):
+    async with running_core(tmp_path) as core:
+        await budget(core, "drip", six_per_minute(burst=1))
+        ids = await enqueue(core, 2, [{"key": "drip"}])
+        await claim(core, n=1)
+        await claim(core, n=1)  # parks the second
+        with pytest.raises(Refused) as info:
+            await call(core, "claim", job_id=ids[1])
+        assert info.value.code == "deferred"
+        assert info.value.details == {
+            "queue": "q", "reason": "budget_exhausted", "budget": "drip",
+            "next_eligible_at": WALL0 + 10_000, "exact": True,
+        }  # fmt: skip
+        job = (await call(core, "get", job_id=ids[1]))["job"]
+        assert (job["status"], job["attempts"]) == ("pending", 0)
+
+
+async def test_claim_by_id_debits_and_reports_what_is_left(tmp_path, autojump_clock):
+    async with running_core(tmp_path) as core:
+        await budget(core, "b", WIF5)
+        [job_id] = await enqueue(core, 1, [{"key": "b", "cost": 2}])
+        got = await call(core, "claim", job_id=job_id)
+        assert got["admission"] == {"budgets": [{"key": "b", "available": 3.0}]}
+        assert state(core, "b")["in_flight"] == 2
+
+
+async def test_create_with_makes_the_budget_with_the_job_and_is_ignored_after(
+    tmp_path, autojump_clock
+):
+    async with running_core(tmp_path) as core:
+        binding = {"key": "cpu", "create_with": WIF5}
+        await enqueue(core, 1, [binding])
+        assert core.budgets[("default", "cpu")].spec.allocation == 5
+        other = {"key": "cpu", "create_with": {**WIF5, "allocation": 50}}
+        await enqueue(core, 1, [other])
+        assert core.budgets[("default", "cpu")].spec.allocation == 5
+
+
+async def test_a_refused_batch_leaves_no_budget_and_no_parked_count(tmp_path, autojump_clock):
+    async with running_core(tmp_path) as core:
+        await budget(core, "one", {"allocation": 1, "strategy": {"type": "while_in_flight"}})
+        jobs = [
+            {"queue": "q", "type": "t", "budgets": [{"key": "one"}]},
+            {"queue": "q", "type": "t", "budgets": [{"key": "one"}]},  # parked at enqueue
+            {"queue": "q", "type": "t", "budgets": [{"key": "new", "create_with": WIF5}]},
+            {"queue": "q", "type": "t", "budgets": [{"key": "missing"}]},
+        ]
+        with pytest.raises(Refused) as info:
+            await call(core, "enqueue_many", jobs=jobs)
+        assert info.value.code == "invalid_argument"
+        assert "missing" in info.value.message
+        assert ("default", "new") not in core.budgets
+        one = core.budgets[("default", "one")]
+        assert (one.parked, one.bound) == (0, {})
+        assert core.conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0
+        assert core.conn.execute("SELECT count(*) FROM budgets").fetchone()[0] == 1
+
+
+@pytest.mark.parametrize(
+    ("spec", "cost", "message"),
+    [
+        (WIF5, 6, "cost 6 is above the allocation 5 of budget 'b'"),
+        (six_per_minute(burst=2), 3, "cost 3 is above the burst 2 of budget 'b'"),
+    ],
+)
+async def test_a_cost_the_budget_can_never_pay_is_refused(
+    tmp_path, autojump_clock, spec, cost, message
+):
+    async with running_core(tmp_path) as core:
+        await budget(core, "b", spec)
+        with pytest.raises(Refused) as info:
+            await enqueue(core, 1, [{"key": "b", "cost": cost}])
+        assert (info.value.code, info.value.message) == ("invalid_argument", message)
+        assert info.value.status == 422
+
+
+async def test_delete_and_lowering_are_refused_while_jobs_are_bound(tmp_path, autojump_clock):
+    async with running_core(tmp_path) as core:
+        await budget(core, "b", WIF5)
+        [job_id] = await enqueue(core, 1, [{"key": "b", "cost": 2}])
+        await enqueue(core, 1, [{"key": "b", "cost": 1}])
+        with pytest.raises(Refused) as info:
+            await call(core, "budget_delete", key="b")
+        assert info.value.message == (
+            "budget 'b' is referenced by 2 unfinished jobs. "
+            "Delete them or wait for them to finish before deleting it."
+        )
+        with pytest.raises(Refused) as info:
+            await call(core, "budget_patch", key="b", allocation=1)
+        assert info.value.message == (
+            "budget 'b' cannot allocate 1: 2 unfinished jobs draw up to 2 from it. "
+            "Raise the allocation, delete them, or wait for them to drain."
+        )
+        assert core.budgets[("default", "b")].spec.allocation == 5
+        # Lowering to the largest bound cost is fine; once the jobs finish, anything is.
+        await call(core, "budget_patch", key="b", allocation=2)
+        for _ in range(2):  # cost 2, then cost 1: one at a time under 2
+            [job] = await claim(core, wait_ms=1000)
+            await complete(core, job)
+        assert core.budgets[("default", "b")].bound == {}
+        await call(core, "budget_delete", key="b")
+        assert job_id
+
+
+async def test_raising_the_allocation_releases_parked_jobs(tmp_path, autojump_clock):
+    async with running_core(tmp_path) as core:
+        await budget(core, "b", {"allocation": 1, "strategy": {"type": "while_in_flight"}})
+        await enqueue(core, 4, [{"key": "b"}])
+        assert len(await claim(core)) == 1
+        await call(core, "budget_patch", key="b", allocation=3)
+        await trio.sleep(0.01)  # virtual time: autojump_clock
+        assert len(await claim(core)) == 2
+        assert state(core, "b") == {"available": 0.0, "in_flight": 3, "parked": 1}
+
+
+async def test_a_waiting_claim_is_woken_by_the_refill(tmp_path, autojump_clock):
+    async with running_core(tmp_path) as core:
+        await budget(core, "drip", six_per_minute(burst=1))
+        await enqueue(core, 2, [{"key": "drip"}])
+        await claim(core, n=1)
+        t0 = trio.current_time()
+        got = await claim(core, n=1, wait_ms=60_000)
+        assert len(got) == 1
+        assert trio.current_time() - t0 == pytest.approx(10.0, abs=0.002)
+
+
+async def test_a_restart_neither_refills_nor_forgets(tmp_path, autojump_clock):
+    async with running_core(tmp_path) as core:
+        await budget(core, "drip", six_per_minute(burst=3))
+        await budget(core, "slots", WIF5)
+        await enqueue(core, 5, [{"key": "drip"}, {"key": "slots"}])
+        running = await claim(core)
+        assert len(running) == 3
+        before = state(core, "drip"), state(core, "slots")
+    db = open_database(tmp_path / "db.sqlite")
+    try:
+        from actors.clock import Clock
+        from daemon.config import Config
+
+        again = Core(Config(), db, Clock(wall_start_ms=WALL0 + 1))
+        now = again.clock.now_ms()
+        drip = again.budgets[("default", "drip")]
+        slots = again.budgets[("default", "slots")]
+        assert drip.pool.available(now) < 0.01  # no free burst after the restart
+        assert slots.pool.in_flight == 3 == before[1]["in_flight"]
+        assert (drip.parked, slots.parked) == (2, 0)
+        assert drip.bound == {1: 5} and slots.bound == {1: 5}
+        assert before[0]["parked"] == 2
+    finally:
+        db.conn.close()
