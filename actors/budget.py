@@ -159,6 +159,16 @@ class TokenPool:
         deficit = cost * self._scale - self._units_at(now_ms)
         return now_ms + -(-deficit // self.spec.allocation)  # ceil division
 
+    def next_token_at(self, now_ms: int) -> int | None:
+        """When the drip next completes a whole token (None: full, or ``while_in_flight``)."""
+        if not self.time_based:
+            return None
+        units, scale = self._units_at(now_ms), self._scale
+        if units >= self.spec.cap * scale:
+            return None
+        deficit = (units // scale + 1) * scale - units
+        return now_ms + -(-deficit // self.spec.allocation)
+
     def update(self, spec: BudgetSpec, now_ms: int, in_flight: int | None = None) -> None:
         """New settings without new tokens: keep the count, clamp it to the new cap.
 
@@ -195,8 +205,12 @@ class TokenPool:
         return PoolState(0, now_ms, self.in_flight)
 
     def describe(self, now_ms: int) -> dict[str, Any]:
-        """``{available, in_flight}`` for a budget object's ``state``."""
-        return {"available": self.available(now_ms), "in_flight": self.in_flight}
+        """``{available, in_flight, next_refill_at}`` for a budget object's ``state``."""
+        return {
+            "available": self.available(now_ms),
+            "in_flight": self.in_flight,
+            "next_refill_at": self.next_token_at(now_ms),
+        }
 
 
 @attrs.define(eq=False)

@@ -133,7 +133,12 @@ def test_seed_003_examples_in_order(daemon):
             "strategy": {"duration_ms": 3600000, "type": "time_based"},
             "updated_at": at,
         }
-        assert created["state"] == {"available": 10000, "in_flight": 0, "parked": 0}
+        assert created["state"] == {
+            "available": 10000,
+            "in_flight": 0,
+            "parked": 0,
+            "next_refill_at": None,
+        }
 
         # Duplicate create rejected: 409 with the seed's text; nothing written.
         dup = json_body(send(http, "POST", "/budgets/image-service", DUPLICATE_CREATE), 409)
@@ -159,7 +164,12 @@ def test_seed_003_examples_in_order(daemon):
             "strategy": {"type": "while_in_flight"},
             "updated_at": bot["created_at"],
         }
-        assert bot["state"] == {"available": 10, "in_flight": 0, "parked": 0}
+        assert bot["state"] == {
+            "available": 10,
+            "in_flight": 0,
+            "parked": 0,
+            "next_refill_at": None,
+        }
 
         # Patch an existing budget: only the burst changes.
         patched = json_body(send(http, "PATCH", "/budgets/image-service", PATCH_BURST), 200)
@@ -451,7 +461,7 @@ def test_raising_allocation_and_burst_hands_out_no_tokens(daemon, connect):
     # while_in_flight: available is allocation - in flight, so a raise does show.
     c.ok("budget_create", key="wif", **WHILE_IN_FLIGHT_5)
     assert c.ok("budget_patch", key="wif", allocation=8)["budget"]["state"] == {
-        "available": 8, "in_flight": 0, "parked": 0,
+        "available": 8, "in_flight": 0, "parked": 0, "next_refill_at": None,
     }  # fmt: skip
 
 

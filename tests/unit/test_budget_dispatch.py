@@ -58,7 +58,12 @@ async def test_while_in_flight_five_runs_five_at_a_time(tmp_path, autojump_clock
         ids = await enqueue(core, 12, [{"key": "b"}])
         first = await claim(core)
         assert [j["id"] for j in first] == ids[:5]
-        assert state(core, "b") == {"available": 0.0, "in_flight": 5, "parked": 7}
+        assert state(core, "b") == {
+            "available": 0.0,
+            "in_flight": 5,
+            "parked": 7,
+            "next_refill_at": None,
+        }
         # The rest wait, pending, and say why.
         waiting = (await call(core, "get", job_id=ids[5]))["job"]
         assert waiting["status"] == "pending"
@@ -78,7 +83,12 @@ async def test_while_in_flight_five_runs_five_at_a_time(tmp_path, autojump_clock
         await trio.sleep(0.01)  # virtual time: autojump_clock
         second = await claim(core)
         assert [j["id"] for j in second] == ids[5:7]
-        assert state(core, "b") == {"available": 0.0, "in_flight": 5, "parked": 5}
+        assert state(core, "b") == {
+            "available": 0.0,
+            "in_flight": 5,
+            "parked": 5,
+            "next_refill_at": None,
+        }
 
 
 async def test_two_second_jobs_under_while_in_flight_5_run_in_waves(tmp_path, autojump_clock):
@@ -278,7 +288,12 @@ async def test_raising_the_allocation_releases_parked_jobs(tmp_path, autojump_cl
         await call(core, "budget_patch", key="b", allocation=3)
         await trio.sleep(0.01)  # virtual time: autojump_clock
         assert len(await claim(core)) == 2
-        assert state(core, "b") == {"available": 0.0, "in_flight": 3, "parked": 1}
+        assert state(core, "b") == {
+            "available": 0.0,
+            "in_flight": 3,
+            "parked": 1,
+            "next_refill_at": None,
+        }
 
 
 async def test_a_waiting_claim_is_woken_by_the_refill(tmp_path, autojump_clock):
