@@ -359,6 +359,12 @@ class BudgetDispatch:
 
     def _release(self, tx: Tx, budget: Budget) -> None:
         rows = sql.parked_oldest(tx.conn, budget.namespace, budget.key, RELEASE_BATCH)
+        if not rows:  # the count disagrees with the store: trust the store, never spin
+            log.error("budget %r/%r counted %d parked jobs, the store has none",
+                      budget.namespace, budget.key, budget.parked)  # fmt: skip
+            budget.parked, budget.head_cost = 0, None
+            self.waiting.discard((budget.namespace, budget.key))
+            return
         promised = budget.reserved_cost
         released: list[tuple[str, str, int]] = []
         head: int | None = None

@@ -127,6 +127,16 @@ def test_eligible_at_is_the_exact_millisecond():
     assert pool.can_debit(1, at)
 
 
+def test_next_token_at_is_when_the_drip_completes_a_whole_token():
+    pool = _pool(6, "time_based", duration_ms=60_000, burst=3)
+    assert pool.next_token_at(WALL0) is None  # full
+    assert pool.debit(3, WALL0)
+    assert pool.next_token_at(WALL0) == WALL0 + 10_000
+    assert pool.next_token_at(WALL0 + 12_000) == WALL0 + 20_000  # 1.2 tokens: the 2nd
+    assert pool.available(WALL0 + 20_000) == 2.0
+    assert _pool(5).next_token_at(WALL0) is None  # while_in_flight has no drip
+
+
 def test_state_survives_a_restart_without_refilling():
     spec = BudgetSpec(6, Strategy("time_based", duration_ms=60_000))
     pool = TokenPool(spec, WALL0)

@@ -331,3 +331,65 @@ async def test_a_restart_neither_refills_nor_forgets(tmp_path, autojump_clock):
         assert before[0]["parked"] == 2
     finally:
         db.conn.close()
+
+
+async def test_a_lapsed_lease_gives_its_tokens_back(tmp_path, autojump_clock):
+    async with running_core(tmp_path) as core:
+        await budget(core, "one", {"allocation": 1, "strategy": {"type": "while_in_flight"}})
+        ids = await enqueue(core, 2, [{"key": "one"}])
+        [first] = await claim(core, lease_ms=1000)
+        assert first["id"] == ids[0]
+        # The worker vanishes: the reaper returns its job and its token; the
+        # retried job (older ready_at) goes first, the other stays parked.
+        t0 = trio.current_time()
+        got = await claim(core, wait_ms=5000)
+        assert [(j["id"], j["attempts"]) for j in got] == [(ids[0], 2)]
+        assert trio.current_time() - t0 == pytest.approx(1.0, abs=0.01)
+        assert state(core, "one")["in_flight"] == 1
+        assert state(core, "one")["parked"] == 1
+        assert core.budgets[("default", "one")].reserved == {}
+
+
+async def test_folding_a_parked_job_unparks_it(tmp_path, autojump_clock):
+    async with running_core(tmp_path) as core:
+        await budget(core, "one", {"allocation": 1, "strategy": {"type": "while_in_flight"}})
+        await enqueue(core, 1, [{"key": "one"}])
+        await claim(core)
+        job = {"queue": "q", "type": "t", "unique_key": "u", "budgets": [{"key": "one"}]}
+        parked = (await call(core, "enqueue", **job))["job"]
+        assert parked["admission"]["state"] == "deferred"
+        assert state(core, "one")["parked"] == 1
+        folded = await call(core, "enqueue", **job, debounce_ms=1000)
+        assert folded["folded"] is True and folded["job"]["status"] == "scheduled"
+        assert state(core, "one")["parked"] == 0
+        assert core.dispatch.parked_in(("default", "q")) == 0
+        await trio.sleep(1.01)  # virtual time: autojump_clock
+        assert await claim(core) == []  # due again, and parked again: the slot is taken
+        assert state(core, "one")["parked"] == 1
+
+
+async def test_replaying_a_dead_job_its_budget_cannot_pay_is_refused(tmp_path, autojump_clock):
+    async with running_core(tmp_path) as core:
+        await budget(core, "b", WIF5)
+        [job_id] = await enqueue(core, 1, [{"key": "b", "cost": 3}])
+        [job] = await claim(core)
+        await call(core, "fail", job_id=job_id, lease=job["lease"], error="x", dead=True)
+        await call(core, "budget_patch", key="b", allocation=2)  # no unfinished job binds it
+        with pytest.raises(Refused) as info:
+            await call(core, "dead_replay", job_ids=[job_id])
+        assert info.value.code == "conflict"
+        assert info.value.message == (
+            f"job {job_id!r} costs 3 on budget 'b', which can pay at most 2"
+        )
+        assert (await call(core, "get", job_id=job_id))["job"]["status"] == "dead"
+
+
+async def test_debits_are_counted_in_metrics(tmp_path, autojump_clock):
+    async with running_core(tmp_path) as core:
+        await budget(core, "b", WIF5)
+        await enqueue(core, 2, [{"key": "b", "cost": 2}])
+        await claim(core)
+        sample = core.metrics.registry.get_sample_value
+        assert sample("sluicegate_budget_debits_total", {"budget": "b"}) == 4
+        assert sample("sluicegate_budget_in_flight", {"budget": "b"}) == 4
+        assert sample("sluicegate_budget_parked_jobs", {"budget": "b"}) == 0
