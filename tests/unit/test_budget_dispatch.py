@@ -10,6 +10,9 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from actors.errors import Refused
 from daemon.core import Core
@@ -393,3 +396,56 @@ async def test_debits_are_counted_in_metrics(tmp_path, autojump_clock):
         assert sample("sluicegate_budget_debits_total", {"budget": "b"}) == 4
         assert sample("sluicegate_budget_in_flight", {"budget": "b"}) == 4
         assert sample("sluicegate_budget_parked_jobs", {"budget": "b"}) == 0
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    allocation=st.integers(1, 6),
+    duration_ms=st.sampled_from([1_000, 10_000]),
+    burst=st.one_of(st.none(), st.integers(1, 9)),
+    slots=st.integers(1, 4),
+    steps=st.lists(
+        st.tuples(st.integers(0, 3_000), st.integers(1, 3), st.integers(1, 6), st.booleans()),
+        min_size=1, max_size=25,
+    ),
+)  # fmt: skip
+def test_the_daemon_never_over_spends_a_budget(
+    tmp_path_factory, allocation, duration_ms, burst, slots, steps
+):
+    """Any arrivals, costs and claim times through the real core: debits over any
+    interval stay within burst + drip, and in-flight cost within the slots."""
+    cap = burst or allocation
+    debits: list[tuple[int, int]] = []
+
+    async def main() -> None:
+        strategy: dict[str, Any] = {"type": "time_based", "duration_ms": duration_ms}
+        if burst is not None:
+            strategy["burst"] = burst
+        async with running_core(tmp_path_factory.mktemp("p")) as core:
+            await budget(core, "drip", {"allocation": allocation, "strategy": strategy})
+            await budget(
+                core, "slots", {"allocation": slots, "strategy": {"type": "while_in_flight"}}
+            )
+            running: list[dict[str, Any]] = []
+            for wait, n, cost, finish in steps:
+                await trio.sleep(wait / 1000)  # virtual time: MockClock
+                c = min(cost, cap, allocation)
+                binding = [{"key": "drip", "cost": c}, {"key": "slots", "cost": min(c, slots)}]
+                await enqueue(core, n, binding)
+                if finish and running:
+                    await complete(core, running.pop(0))
+                for job in await claim(core, n=5):
+                    debits.append((core.clock.now_ms(), job["budgets"][0]["cost"]))
+                    running.append(job)
+                held = sum(j["budgets"][1]["cost"] for j in running)
+                assert core.budgets[("default", "slots")].pool.in_flight == held <= slots
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    for i, (start, _c) in enumerate(debits):
+        spent = 0
+        for at, cost in debits[i:]:
+            spent += cost
+            # Tokens are exact units of 1/duration_ms: compare without rounding.
+            assert spent * duration_ms <= cap * duration_ms + allocation * (at - start)
