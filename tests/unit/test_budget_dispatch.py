@@ -449,3 +449,18 @@ def test_the_daemon_never_over_spends_a_budget(
             spent += cost
             # Tokens are exact units of 1/duration_ms: compare without rounding.
             assert spent * duration_ms <= cap * duration_ms + allocation * (at - start)
+
+
+async def test_subscribers_hear_a_refill_once_and_not_while_still_deferred(
+    tmp_path, autojump_clock
+):
+    async with running_core(tmp_path) as core:
+        await budget(core, "drip", six_per_minute(burst=1))
+        await enqueue(core, 1, [{"key": "drip"}])
+        await claim(core)
+        events: list[dict[str, Any]] = []
+        core.router.subscribe(object(), [("default", "q")], events.append)
+        await enqueue(core, 3, [{"key": "drip"}])  # parked at enqueue: nothing claimable
+        assert events == []
+        await trio.sleep(10.01)  # virtual time: autojump_clock
+        assert events == [{"event": "doorbell", "queue": "q", "pending": 1}]
