@@ -20,22 +20,39 @@ class QueueCounts:
 
     def __init__(self) -> None:
         self._counts: dict[QueueKey, dict[str, int]] = defaultdict(lambda: dict.fromkeys(STATES, 0))
+        #: The same, summed per namespace (what namespace quotas count).
+        self._totals: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(STATES, 0))
 
     def load(self, rows: Iterable[tuple[str, str, str, int]]) -> None:
         """Replace every count with ``(namespace, queue, state, count)`` rows."""
         self._counts.clear()
+        self._totals.clear()
         for namespace, queue, state, count in rows:
             self._counts[(namespace, queue)][state] = count
+            self._totals[namespace][state] += count
 
     def add(self, key: QueueKey, state: str, n: int = 1) -> None:
         """``n`` jobs appeared in ``state`` (enqueue)."""
         self._counts[key][state] += n
+        self._totals[key[0]][state] += n
 
     def move(self, key: QueueKey, source: str, target: str, n: int = 1) -> None:
         """``n`` jobs went from ``source`` to ``target``."""
         counts = self._counts[key]
         counts[source] -= n
         counts[target] += n
+        totals = self._totals[key[0]]
+        totals[source] -= n
+        totals[target] += n
+
+    def queues_of(self, namespace: str) -> list[str]:
+        """The queues of ``namespace`` that have (or had) jobs."""
+        return [q for ns, q in self._counts if ns == namespace]
+
+    def total(self, namespace: str, state: str) -> int:
+        """The count of one state over every queue of ``namespace``."""
+        totals = self._totals.get(namespace)
+        return 0 if totals is None else totals[state]
 
     def get(self, key: QueueKey, state: str) -> int:
         """The count of one state of one queue."""

@@ -56,6 +56,11 @@ class ClaimRouter:
         self._closed = False
 
     @property
+    def waiting(self) -> bool:
+        """True while some claim waits."""
+        return self._live > 0
+
+    @property
     def closed(self) -> bool:
         """True once the daemon is draining: waits return at once."""
         return self._closed

@@ -19,6 +19,8 @@ import attrs
 import cattrs
 
 from actors.budget import BudgetSpec, Strategy
+from actors.errors import Refused
+from actors.quota import Quota, parse_quota
 from daemon.durations import parse_duration_ms
 from daemon.strict import strict_converter
 from daemon.validation import FieldError, at_least, describe
@@ -135,6 +137,11 @@ class Config:
     policies: dict[str, dict[str, Any]] = attrs.field(factory=dict)
     #: ``budgets`` validated: namespace -> key -> settings (read-only budgets).
     budget_specs: dict[str, dict[str, BudgetSpec]] = attrs.field(factory=dict)
+    #: ``quotas`` decoded: namespace -> (document, or None when it does not
+    #: decode, and the raw table). A bad table fails its namespace closed.
+    quota_tables: dict[str, tuple[Quota | None, Any]] = attrs.field(factory=dict)
+    #: Why some ``[quotas.<ns>]`` tables do not decode (``config check`` fails).
+    quota_problems: tuple[str, ...] = ()
     #: Where this config came from ("<defaults>" when no file).
     source: str = "<defaults>"
     warnings: tuple[str, ...] = ()
@@ -196,7 +203,29 @@ def parse_config(data: dict[str, Any], source: str) -> Config:
         seen.add(digest)
     if problems:
         raise ConfigError(source, problems)
-    return attrs.evolve(config, source=source, warnings=tuple(warnings), budget_specs=specs)
+    tables, quota_problems = _quota_tables(config.quotas)
+    return attrs.evolve(
+        config, source=source, warnings=tuple(warnings), budget_specs=specs,
+        quota_tables=tables, quota_problems=tuple(quota_problems),
+    )  # fmt: skip
+
+
+def _quota_tables(raw: dict[str, Any]) -> tuple[dict[str, tuple[Quota | None, Any]], list[str]]:
+    """Decode ``[quotas.<namespace>]`` tables; a bad one is kept raw (fail closed)."""
+    tables: dict[str, tuple[Quota | None, Any]] = {}
+    problems: list[str] = []
+    for namespace, table in raw.items():
+        if not NAME_RE.match(namespace):
+            problems.append(f"quotas.{namespace}: not a namespace name")
+            continue
+        try:
+            tables[namespace] = (parse_quota(table), table)
+        except Refused as exc:
+            field = exc.details.get("field", "")
+            where = f"quotas.{namespace}" + (f".{field}" if field and field != "quota" else "")
+            problems.append(f"{where}: {exc.message} (the namespace fails closed)")
+            tables[namespace] = (None, table)
+    return tables, problems
 
 
 def _budget_specs(raw: dict[str, Any], problems: list[str]) -> dict[str, dict[str, BudgetSpec]]:

@@ -19,9 +19,11 @@ from actors.budget import Budget
 from actors.clock import Clock
 from actors.counts import QueueCounts
 from actors.ids import IdMint
+from actors.namespace import Namespaces
 from actors.reaper import DelayTimer, LeaseReaper
 from actors.router import ClaimRouter
-from daemon import __version__
+from actors.watcher import SettingsWatcher
+from daemon import __version__, quotas
 from daemon.budget_dispatch import BudgetDispatch
 from daemon.config import Config
 from daemon.metrics import Metrics
@@ -64,6 +66,8 @@ class Core:
         self.running: dict[str, sql.Row] = {}
         self.budgets: dict[QueueKey, Budget] = {}  # by (namespace, key)
         self.dispatch = BudgetDispatch(self)
+        self.namespaces = Namespaces()
+        self.watcher = SettingsWatcher(lambda: quotas.reload(self))
         self.recover()
 
     # -- start-up -------------------------------------------------------------
@@ -74,6 +78,7 @@ class Core:
         self.known_queues = {(ns, q) for ns, q, _c, _d in queue_sql.all_queues(self.conn)}
         self.budgets = {(r[0], r[1]): budget_sql.load(r) for r in budget_sql.all_budgets(self.conn)}
         self.dispatch.recover()
+        quotas.reload(self)
         self.metrics.bind(self)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -83,6 +88,7 @@ class Core:
             await nursery.start(self.reaper.run)
             await nursery.start(self.delay_timer.run)
             await nursery.start(self.dispatch.waker.run)
+            await nursery.start(self.watcher.run)
             task_status.started()
 
     def drain(self) -> None:
@@ -97,8 +103,13 @@ class Core:
         self.problems = []
 
     def health_problems(self) -> list[str]:
-        """What ``/healthz`` reports as degraded (a broken config reload, ...)."""
-        return list(self.problems)
+        """What ``/healthz`` reports as degraded (a broken config reload, a namespace
+        failing closed, ...)."""
+        failing = [
+            f"namespace '{a.namespace}' fails closed: its quota cannot be read ({a.broken})"
+            for a in self.namespaces.known() if a.broken is not None
+        ]  # fmt: skip
+        return list(self.problems) + failing
 
     def version_info(self) -> dict[str, object]:
         """The ``daemon`` part of ``status``."""
@@ -116,10 +127,39 @@ class Core:
     def job_wire(self, row: sql.Row, now_ms: int | None = None) -> dict[str, Any]:
         """The job object of ``row`` with its derived ``admission``."""
         job = sql.to_wire(row)
-        if row[sql.BUDGETS] is not None:
-            now = self.clock.now_ms() if now_ms is None else now_ms
-            job["admission"] = self.dispatch.admission(row, now)
+        if row[sql.STATE] == lc.PENDING:
+            job["admission"] = self.admission(row, now_ms)
         return job
+
+    def admission(self, row: sql.Row, now_ms: int | None = None) -> dict[str, Any] | None:
+        """A pending job's derived ``admission``: budgets first, then its namespace's
+        hold (``max_running`` reached, or a quota that cannot be read)."""
+        now = self.clock.now_ms() if now_ms is None else now_ms
+        held = self.dispatch.admission(row, now) if row[sql.BUDGETS] is not None else None
+        if held is not None and held["state"] == "deferred":
+            return held
+        namespace = row[sql.NAMESPACE]
+        hold = quotas.hold(self, namespace)
+        if hold is not None:
+            at = self.reaper.target if hold == "running_full" else None
+            return {"state": "deferred", "reason": hold, "next_eligible_at": at, "exact": False}
+        quota = self.namespaces.get(namespace).quota
+        if held is None and quota is not None and quota.max_running is not None:
+            return {"state": "admitted", "reason": None, "next_eligible_at": None, "exact": True}
+        return held
+
+    def quota_changed(self, namespace: str) -> None:
+        """A namespace's quota changed (after commit): a raised or fixed limit
+        may make held-back jobs claimable."""
+        self.wake_namespace(namespace)
+
+    def wake_namespace(self, namespace: str) -> None:
+        """Ring every queue of ``namespace`` that has claimable jobs (a freed slot)."""
+        for queue in self.counts.queues_of(namespace):
+            key = (namespace, queue)
+            n = self.claimable(key)
+            if n > 0:
+                self.router.ring(key, n, pending=n, edge=False)
 
     # -- effects of committed transitions -------------------------------------
 
@@ -192,6 +232,10 @@ class Core:
             if target == lc.RUNNING and expires is not None:
                 self.reaper.note(expires)
             self._after_arrival(key, target, ready_at, 1)
+            if source == lc.RUNNING and self.router.waiting:
+                quota = self.namespaces.get(key[0]).quota
+                if quota is not None and quota.max_running is not None:
+                    self.wake_namespace(key[0])  # a freed slot
 
         tx.after(effect)
 

@@ -127,7 +127,9 @@ class HttpApp:
         if path.startswith("/budgets/") and method in _BUDGET_VERBS:
             return await self._budget(session, method, path[len("/budgets/") :], query, receive,
                                       headers)  # fmt: skip
-        known = path in ("/jobs", "/healthz", "/metrics", "/", "/budgets")
+        if path == "/api/v1/quota" and method in ("GET", "PUT", "DELETE"):
+            return await self._quota(session, method, query, receive, headers)
+        known = path in ("/jobs", "/healthz", "/metrics", "/", "/budgets", "/api/v1/quota")
         if known or path.startswith(("/jobs/", "/v1/ops/", "/budgets/")):
             return Reply(405, {"error": f"method {method} not allowed", "code": "invalid_argument"})
         return Reply(404, {"error": f"no route {path}", "code": "not_found"})
@@ -144,6 +146,18 @@ class HttpApp:
             args["namespace"] = query["namespace"]
         result = await self._call(session, verb, args)
         return Reply(status, result.get("budget"))
+
+    async def _quota(self, session: Session, method: str, query: dict[str, str],
+                     receive: Receive, headers: dict[str, str]) -> Reply:  # fmt: skip
+        """``GET|PUT|DELETE /api/v1/quota``: the PUT body is the bare document."""
+        args: dict[str, Any] = {"namespace": query["namespace"]} if "namespace" in query else {}
+        if method == "GET":
+            return Reply(200, await self._call(session, "quota_get", args))
+        if method == "DELETE":
+            await self._call(session, "quota_clear", args)
+            return Reply(204)
+        body = await _read_body(receive, headers)
+        return Reply(200, await self._call(session, "quota_set", {**args, "quota": body}))
 
     def _session(self, headers: dict[str, str]) -> Session:
         auth = self.core.auth

@@ -21,7 +21,7 @@ import trio
 
 from actors.clock import Clock
 from actors.errors import Refused
-from daemon import systemd
+from daemon import quotas, systemd
 from daemon.config import Config, ConfigError, load_config
 from daemon.core import Core
 from daemon.http_server import serve_http
@@ -124,15 +124,23 @@ class Daemon:
                     self.stop()
 
     async def _provision(self) -> None:
-        """Make the config file's provisioned budgets true in the store."""
+        """Make the config file's provisioned budgets and quotas true in the store."""
         core = self.core
         if core is None:
             return
-        try:
-            await core.writer.write(provision(core, self.config.budget_specs))
-        except Refused as exc:
-            log.error("provisioning budgets from %s failed: %s", self.config.source, exc.message)
-            core.problems.append(f"provisioning budgets failed: {exc.message}")
+        for what, write in (
+            ("budgets", provision(core, self.config.budget_specs)),
+            ("quotas", quotas.provision(core)),
+        ):
+            try:
+                await core.writer.write(write)
+            except Refused as exc:
+                log.error("provisioning %s from %s failed: %s", what, self.config.source,
+                          exc.message)  # fmt: skip
+                core.problems.append(f"provisioning {what} failed: {exc.message}")
+        for problem in self.config.quota_problems:
+            log.error("%s: %s", self.config.source, problem)
+        core.watcher.nudge()
 
     def reload(self) -> bool:
         """SIGHUP: re-read the config file; a broken file keeps the last good one.

@@ -47,8 +47,10 @@ class Metrics:
     def __init__(self, max_queues: int = 100) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.label = QueueLabels(max_queues)
-        #: Budget keys share the queue label's cap (``daemon.metrics_max_queues``).
+        #: Budget keys and namespaces share the queue label's cap
+        #: (``daemon.metrics_max_queues``).
         self.budget_label = QueueLabels(max_queues)
+        self.namespace_label = QueueLabels(max_queues)
         r = self.registry
         self._enqueued = Counter(
             "sluicegate_jobs_enqueued", "Jobs enqueued.", ["queue"], registry=r
@@ -64,6 +66,14 @@ class Metrics:
         self.budget_debits = Counter(
             "sluicegate_budget_debits", "Tokens debited from budgets.", ["budget"], registry=r
         )
+        self._quota_refusals = Counter(
+            "sluicegate_quota_refusals", "Enqueues refused by a namespace quota.",
+            ["namespace", "reason"], registry=r,
+        )  # fmt: skip
+        self._shed = Counter(
+            "sluicegate_jobs_shed", "Jobs written dead by a quota (on_excess = drop).",
+            ["namespace", "limit"], registry=r,
+        )  # fmt: skip
         self._claim_wait = Histogram(
             "sluicegate_claim_wait_seconds",
             "Time from a job's ready_at to its claim.",
@@ -84,7 +94,9 @@ class Metrics:
     def bind(self, core: Core) -> None:
         """Read gauges from ``core`` at scrape time."""
         if self._core is None:
-            self.registry.register(_Gauges(core, self.label, self.budget_label))
+            self.registry.register(
+                _Gauges(core, self.label, self.budget_label, self.namespace_label)
+            )
         self._core = core
 
     def _child(self, metric: Counter, queue: str, labels: QueueLabels | None = None) -> Any:
@@ -98,6 +110,14 @@ class Metrics:
     def budget_debited(self, budget: str, cost: int) -> None:
         """A claim debited ``cost`` tokens from ``budget``."""
         self._child(self.budget_debits, budget, self.budget_label).inc(cost)
+
+    def quota_refused(self, namespace: str, code: str) -> None:
+        """A quota refused an enqueue with ``code`` (queue_full, rate_limited, ...)."""
+        self._quota_refusals.labels(self.namespace_label(namespace), code).inc()
+
+    def quota_shed(self, namespace: str, limit: str, n: int) -> None:
+        """``n`` jobs were shed by ``limit`` (max_pending or enqueue_rate)."""
+        self._shed.labels(self.namespace_label(namespace), limit).inc(n)
 
     def enqueued(self, queue: str, state: str, n: int = 1) -> None:
         """``n`` jobs were enqueued (in ``state``: dead when shed)."""
@@ -137,10 +157,42 @@ class Metrics:
 
 
 class _Gauges(Collector):
-    def __init__(self, core: Core, label: QueueLabels, budget_label: QueueLabels) -> None:
+    def __init__(self, core: Core, label: QueueLabels, budget_label: QueueLabels,
+                 namespace_label: QueueLabels) -> None:  # fmt: skip
         self._core = core
         self._label = label
         self._budget_label = budget_label
+        self._namespace_label = namespace_label
+
+    def _namespaces(self) -> Iterator[GaugeMetricFamily]:
+        """Pending and running against their caps, for namespaces with a quota."""
+        names = {
+            "pending": "Scheduled and pending jobs of a namespace (what max_pending counts).",
+            "running": "Running jobs of a namespace.",
+            "max_pending": "The namespace's max_pending.",
+            "max_running": "The namespace's max_running.",
+            "quota_unavailable": "1 while the namespace's quota cannot be read (fail closed).",
+        }
+        families = {
+            k: GaugeMetricFamily(f"sluicegate_namespace_{k}", text, labels=["namespace"])
+            for k, text in names.items()
+        }
+        counts = self._core.counts
+        for actor in self._core.namespaces.known():
+            quota, ns = actor.quota, actor.namespace
+            if quota is None and actor.broken is None:
+                continue
+            label = self._namespace_label(ns)
+            families["pending"].add_metric(
+                [label], counts.total(ns, "scheduled") + counts.total(ns, "pending")
+            )
+            families["running"].add_metric([label], counts.total(ns, "running"))
+            families["quota_unavailable"].add_metric([label], int(actor.broken is not None))
+            for cap in ("max_pending", "max_running"):
+                value = getattr(quota, cap, None)
+                if value is not None:
+                    families[cap].add_metric([label], value)
+        yield from families.values()
 
     def _budgets(self) -> Iterator[GaugeMetricFamily]:
         now = self._core.clock.now_ms()
@@ -181,6 +233,7 @@ class _Gauges(Collector):
             jobs.add_metric([label, status], n)
         yield jobs
         yield from self._budgets()
+        yield from self._namespaces()
         stats = self._core.router.statistics()
         waiting = GaugeMetricFamily("sluicegate_waiting_claims", "Claims waiting for work.")
         waiting.add_metric([], stats.waiters)

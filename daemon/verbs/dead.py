@@ -13,6 +13,7 @@ import attrs
 
 from actors import lifecycle as lc
 from actors.errors import Refused, invalid, not_found
+from daemon import quotas
 from daemon.store import jobs as sql
 from daemon.store.database import Tx
 from daemon.verbs.reading import page
@@ -75,7 +76,7 @@ def dead_replay(core: Core, call: Call, a: DeadReplayArgs) -> Plan:
             ids = ids[: a.limit]
         else:
             ids, remaining = list(dict.fromkeys(a.job_ids or [])), False
-        results = []
+        rows = []
         for job_id in ids:
             row = sql.get(tx.conn, namespace, job_id)
             if row is None:
@@ -86,10 +87,20 @@ def dead_replay(core: Core, call: Call, a: DeadReplayArgs) -> Plan:
                     "conflict", f"job {job_id!r} is {row[sql.STATE]}, not dead",
                     job_status=row[sql.STATE],
                 )  # fmt: skip
+            rows.append(row)
+        # A replay is an enqueue: quota admission first (drop: the over-quota
+        # ones stay dead and are answered shed).
+        live, _reason = quotas.admit(core, tx, namespace, len(rows), a.queue or _first_queue(rows))
+        results = []
+        for i, row in enumerate(rows):
+            if i >= live:
+                results.append({"job": sql.to_wire(row), "duplicate": False, "folded": False,
+                                "shed": True})  # fmt: skip
+                continue
             key = row[sql.UNIQUE_KEY]
-            live = key and sql.find_live_unique(tx.conn, namespace, row[sql.QUEUE], key)
-            if live:
-                results.append({"job": sql.to_wire(live), "duplicate": True, "folded": False,
+            live_job = key and sql.find_live_unique(tx.conn, namespace, row[sql.QUEUE], key)
+            if live_job:
+                results.append({"job": sql.to_wire(live_job), "duplicate": True, "folded": False,
                                 "shed": False})  # fmt: skip
                 continue
             if row[sql.BUDGETS] is not None:
@@ -106,3 +117,7 @@ def dead_replay(core: Core, call: Call, a: DeadReplayArgs) -> Plan:
     if core.draining:
         raise Refused("shutting_down", "the daemon is shutting down")
     return Plan(write)
+
+
+def _first_queue(rows: list[sql.Row]) -> str:
+    return rows[0][sql.QUEUE] if rows else ""

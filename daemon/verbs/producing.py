@@ -16,6 +16,7 @@ import attrs
 from actors import lifecycle as lc
 from actors.budget import Budget, BudgetSpec
 from actors.errors import Refused, invalid
+from daemon import quotas
 from daemon.store import jobs as sql
 from daemon.store.database import Tx
 from daemon.verbs.budgets import MAX_TOKENS, create_budget, parse_strategy
@@ -204,13 +205,47 @@ def enqueue_write(core: Core, call: Call, jobs: list[EnqueueArgs]) -> Callable[[
         raise Refused("shutting_down", "the daemon is shutting down")
 
     def write(tx: Tx) -> list[dict[str, Any]]:
+        # Quota admission first: before dedup, so a duplicate is refused (or
+        # shed) while the namespace is over quota, as seed 000 says.
+        live, reason = quotas.admit(core, tx, call.namespace, len(jobs), jobs[0].queue)
         new_rows: list[sql.Row] = []
-        results = [_enqueue_one(core, tx, call, job, new_rows) for job in jobs]
+        results = [
+            _enqueue_one(core, tx, call, job, new_rows) if i < live
+            else _shed_one(core, tx, call, job, reason or "", new_rows)
+            for i, job in enumerate(jobs)
+        ]  # fmt: skip
         sql.insert(tx.conn, [r for r in new_rows if r[sql.UNIQUE_KEY] is None])
         core.added(tx, new_rows)
         return results
 
     return write
+
+
+def _shed_one(core: Core, tx: Tx, call: Call, a: EnqueueArgs, reason: str,
+              new_rows: list[sql.Row]) -> dict[str, Any]:  # fmt: skip
+    """``on_excess = "drop"``: the job is written dead at once, shed by the quota.
+
+    Never live, so no worker sees it and nothing retries it; it holds no
+    unique or debounce key, so it blocks no later enqueue of the same work.
+    Its bindings are kept as given (none is resolved or created), for a replay.
+    """
+    now = tx.now_ms
+    namespace = call.namespace
+    bound = None
+    if a.budgets:
+        bound = sql.dumps([{"key": b.key, "cost": b.cost} for b in a.budgets])
+    error = f"quota: namespace '{namespace}' over {quotas.limit_text(core, namespace, reason)}"
+    dead = sql.dumps({"at": now, "reason": "shed", "shed": "quota", "limit": reason})
+    row = (
+        core.ids.mint(now), namespace, a.queue, a.type, sql.dumps(a.payload), a.priority,
+        lc.DEAD, 0, a.max_attempts, a.lease_ms or core.config.daemon.lease, now, now, now, now,
+        None, None, None, bound, error, None, dead, None,
+    )  # fmt: skip
+    new_rows.append(row)
+    core.ensure_queue(tx, namespace, a.queue)
+    result = _result(row, a.payload, duplicate=False, folded=False)
+    result["shed"] = True
+    return result
 
 
 @verb("enqueue", ("produce",), EnqueueArgs)

@@ -17,6 +17,7 @@ import trio
 from actors import lifecycle as lc
 from actors.errors import Refused, invalid, not_found
 from actors.router import Waiter
+from daemon import quotas
 from daemon.store import jobs as sql
 from daemon.store.database import Tx
 from daemon.verbs.table import Call, Later, Plan, verb
@@ -101,8 +102,15 @@ EMPTY: dict[str, Any] = {"jobs": [], "empty": True}
 
 
 def _empty(core: Core, namespace: str, queues: list[str]) -> dict[str, Any]:
-    """Nothing claimable: with ``deferred`` when admission holds pending jobs back."""
-    deferred = core.dispatch.deferred(namespace, queues, core.clock.now_ms())
+    """Nothing claimable: with ``deferred`` when admission holds pending jobs back
+    (the namespace's hold first, then budgets, one entry per queue)."""
+    deferred = []
+    hold = quotas.hold(core, namespace)
+    if hold is not None:
+        deferred = quotas.held_back(core, namespace, hold, queues)
+    listed = {d["queue"] for d in deferred}
+    rest = [q for q in queues if q not in listed]
+    deferred += core.dispatch.deferred(namespace, rest, core.clock.now_ms())
     return {**EMPTY, "deferred": deferred} if deferred else EMPTY
 
 
@@ -134,7 +142,11 @@ def claim_next(core: Core, call: Call, a: ClaimNextArgs) -> Plan:
 
         def write(tx: Tx) -> list[sql.Row]:
             core.catch_up(tx)
-            rows = core.dispatch.claim(tx, namespace, queues, a.max, _new_lease(), a.lease_ms)
+            room = quotas.claim_room(core, namespace, a.max)
+            rows = []
+            if room:
+                rows = core.dispatch.claim(tx, namespace, queues, room, _new_lease(), a.lease_ms)
+                quotas.claimed(core, tx, namespace, len(rows))
             core.claimed(tx, rows)
             if not rows and may_wait:
                 tx.after(lambda: waiting.append(core.router.register(keys)))
@@ -221,12 +233,15 @@ def claim(core: Core, call: Call, a: ClaimArgs) -> Plan:
             raise Refused(
                 "conflict", f"job {a.job_id!r} is {row[sql.STATE]}", job_status=row[sql.STATE]
             )
+        if not quotas.claim_room(core, call.namespace, 1):
+            raise deferred_refusal(a.job_id, row[sql.QUEUE], core.admission(row, tx.now_ms) or {})
         if row[sql.BUDGETS] is not None:
             held = core.dispatch.admission(row, tx.now_ms)
             if row[sql.PARKED_ON] is not None or core.dispatch.debit(tx, row) is not None:
                 raise deferred_refusal(a.job_id, row[sql.QUEUE], held or {})
         lc.check("claim", lc.PENDING, lc.RUNNING)
         claimed = sql.mark_running(tx.conn, [row], _new_lease(), a.lease_ms, tx.now_ms)
+        quotas.claimed(core, tx, call.namespace, 1)
         core.claimed(tx, claimed)
         return claimed[0]
 

@@ -234,6 +234,21 @@ def _check_budget_own_namespace(verb: str) -> Callable[[World], None]:
     return check
 
 
+def _check_quota_get(w: World) -> None:
+    assert w.b.ok("quota_get") | {"id": 0} == {"id": 0, "ok": True, "quota": None, "source": None}
+    assert w.b.error("quota_get", namespace="A")["code"] == "forbidden"
+
+
+def _check_quota_write(verb: str, **args: Any) -> Callable[[World], None]:
+    def check(w: World) -> None:
+        # Quota writes are the operator's, even for the token's own namespace.
+        for target in ({}, {"namespace": "A"}):
+            assert w.b.error(verb, **target, **args)["code"] == "forbidden"
+        assert w.a.ok("quota_get")["quota"] is None
+
+    return check
+
+
 #: How each verb is checked for isolation between namespaces. A new verb must
 #: be added here (the test fails until it is): decide how it could leak.
 ISOLATION: dict[str, Callable[[World], None]] = {
@@ -263,6 +278,10 @@ ISOLATION: dict[str, Callable[[World], None]] = {
     "budget_list": _check_budget_list,
     "budget_create": _check_budget_own_namespace("budget_create"),
     "budget_put": _check_budget_own_namespace("budget_put"),
+    # Quotas: read your own; writes need the operator grant.
+    "quota_get": _check_quota_get,
+    "quota_set": _check_quota_write("quota_set", quota={"max_pending": 1}),
+    "quota_clear": _check_quota_write("quota_clear"),
 }
 
 

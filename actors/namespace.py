@@ -1,0 +1,195 @@
+"""The namespace actor: one namespace's quota document and what enforces it.
+
+It holds the namespace's quota (or the fact that it cannot be read: fail
+closed), the ``enqueue_rate`` token bucket, and the jobs its admission
+decisions have added inside a transaction that has not committed yet, so two
+calls in one group transaction cannot both take the last room.
+
+Decisions are synchronous methods: the check and the change it guards happen
+with no ``await`` between them. Counts come from the caller (the daemon's
+committed counts); every change made here returns its inverse, which the
+caller runs if its transaction rolls back.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import attrs
+
+from actors.budget import TokenPool
+from actors.errors import Refused
+from actors.quota import Quota
+
+Undo = Callable[[], None]
+
+
+@attrs.frozen
+class Admitted:
+    """The outcome of enqueue admission for one call's jobs of a namespace."""
+
+    #: How many of the call's jobs are written live (the first ones).
+    live: int
+    #: Why the others are shed (``drop``): ``"max_pending"`` or ``"enqueue_rate"``.
+    shed_reason: str | None = None
+
+
+def retry_after_s(wait_ms: int) -> int:
+    """Seconds to wait, rounded up and clamped to 1-60 (PROTOCOL.md)."""
+    return max(1, min(60, math.ceil(wait_ms / 1000)))
+
+
+class NamespaceActor:
+    """One namespace's quota and its enqueue-rate bucket."""
+
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
+        self.quota: Quota | None = None
+        #: Why the stored document cannot be used (fail closed), else None.
+        self.broken: str | None = None
+        self.rate: TokenPool | None = None
+        #: Jobs admitted or claimed by transactions not yet committed.
+        self.pending_extra = 0
+        self.running_extra = 0
+
+    # -- the document -------------------------------------------------------------
+
+    def set_quota(self, quota: Quota | None, now_ms: int) -> None:
+        """Take a (re)loaded document. The rate bucket keeps its tokens (a raised
+        rate hands out none for free); a new bucket starts full."""
+        self.broken = None
+        self.quota = quota
+        rate = quota.enqueue_rate if quota is not None else None
+        if rate is None:
+            self.rate = None
+        elif self.rate is None:
+            self.rate = TokenPool(rate.bucket(), now_ms)
+        elif self.rate.spec != rate.bucket():
+            self.rate.update(rate.bucket(), now_ms)
+
+    def set_broken(self, reason: str) -> None:
+        """The stored document cannot be read or decoded: fail closed."""
+        self.broken = reason
+        self.quota = None
+        self.rate = None
+
+    def unavailable(self) -> Refused:
+        """``quota_unavailable``: this namespace stops, no other."""
+        return Refused(
+            "quota_unavailable",
+            f"the quota of namespace '{self.namespace}' cannot be read: {self.broken}",
+            limit="quota",
+        )
+
+    # -- enqueue ------------------------------------------------------------------
+
+    def admit(self, n: int, pending: int, queue: str, now_ms: int) -> tuple[Admitted, Undo]:
+        """Admit ``n`` new jobs against ``pending`` (scheduled and pending jobs now).
+
+        Depth first, so a call refused for depth spends no rate tokens; then
+        rate. ``reject`` refuses the whole call (nothing spent); ``drop`` keeps
+        what fits and sheds the rest. Returns the outcome and its undo.
+        """
+        if self.broken is not None:
+            raise self.unavailable()
+        quota = self.quota
+        if quota is None or n == 0:
+            return Admitted(n), _nothing
+        pending += self.pending_extra
+        live, reason = n, None
+        cap = quota.max_pending
+        if cap is not None and pending + n > cap:
+            if quota.on_excess == "reject":
+                raise _queue_full(queue, pending, n, cap)
+            live, reason = max(0, cap - pending), "max_pending"
+        undo_rate = _nothing
+        if self.rate is not None and live > 0:
+            affordable = live if self.rate.can_debit(live, now_ms) else 0
+            if affordable < live and quota.on_excess == "drop":
+                affordable = min(live, int(self.rate.available(now_ms)))
+            if affordable < live and quota.on_excess == "reject":
+                raise self._rate_limited(live, now_ms)
+            if affordable < live:
+                live, reason = affordable, "enqueue_rate"
+            if live:
+                raw = self.rate.raw()
+                self.rate.debit(live, now_ms)
+                rate = self.rate
+                undo_rate = lambda: rate.restore(raw)  # noqa: E731
+        self.pending_extra += live
+
+        def undo() -> None:
+            self.pending_extra -= live
+            undo_rate()
+
+        return Admitted(live, reason), undo
+
+    def _rate_limited(self, n: int, now_ms: int) -> Refused:
+        assert self.rate is not None and self.quota is not None
+        at = self.rate.eligible_at(n, now_ms)
+        # A call bigger than the bucket can never pass whole: say a minute.
+        wait = 60_000 if at is None else at - now_ms
+        return Refused(
+            "rate_limited",
+            f"rate limit exceeded for: namespace '{self.namespace}' "
+            f"enqueue_rate {self.quota.enqueue_rate}",
+            reason="RATE_LIMITED", limit="enqueue_rate", retry_after=retry_after_s(wait),
+        )  # fmt: skip
+
+    def committed_pending(self, n: int) -> None:
+        """``n`` admitted jobs committed: the daemon's counts hold them now."""
+        self.pending_extra -= n
+
+    # -- dispatch ------------------------------------------------------------------
+
+    def running_room(self, running: int) -> int | None:
+        """How many more jobs may start now (None: no limit)."""
+        if self.quota is None or self.quota.max_running is None:
+            return None
+        return max(0, self.quota.max_running - running - self.running_extra)
+
+    def claiming(self, n: int) -> Undo:
+        """``n`` jobs are being claimed by an uncommitted transaction."""
+        self.running_extra += n
+
+        def undo() -> None:
+            self.running_extra -= n
+
+        return undo
+
+    def committed_running(self, n: int) -> None:
+        """``n`` claims committed: the daemon's counts hold them now."""
+        self.running_extra -= n
+
+
+def _nothing() -> None:
+    return None
+
+
+def _queue_full(queue: str, pending: int, n: int, cap: int) -> Refused:
+    if pending >= cap:
+        message = f"queue '{queue}' is full: {pending} pending >= max_pending {cap}"
+    else:
+        message = f"queue '{queue}' is full: {pending} pending + {n} new > max_pending {cap}"
+    return Refused(
+        "queue_full", message, reason="QUEUE_FULL", limit="max_pending", value=pending + n, max=cap
+    )
+
+
+class Namespaces:
+    """Every namespace actor, made on first use."""
+
+    def __init__(self) -> None:
+        self._actors: dict[str, NamespaceActor] = {}
+
+    def get(self, namespace: str) -> NamespaceActor:
+        """The actor of ``namespace`` (a fresh one has no quota)."""
+        actor = self._actors.get(namespace)
+        if actor is None:
+            actor = self._actors[namespace] = NamespaceActor(namespace)
+        return actor
+
+    def known(self) -> list[NamespaceActor]:
+        """Every actor made so far."""
+        return list(self._actors.values())

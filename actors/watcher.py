@@ -1,0 +1,39 @@
+"""The settings watcher: reloads shared settings every two seconds, or at once.
+
+Several daemons may share one database; a quota written by one reaches the
+others when their watcher next reads the settings store (seed 000: "every
+process caches a namespace's quota for two seconds"). A write made by this
+daemon applies at its own commit; SIGHUP asks for a reload at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import trio
+
+RELOAD_S = 2.0
+
+
+class SettingsWatcher:
+    """Calls ``reload`` every :data:`RELOAD_S` seconds and whenever nudged."""
+
+    def __init__(self, reload: Callable[[], None], period_s: float = RELOAD_S) -> None:
+        self._reload = reload
+        self._period = period_s
+        self._nudge = trio.Event()
+        self.reloads = 0
+
+    def nudge(self) -> None:
+        """Reload now (SIGHUP)."""
+        self._nudge.set()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The watcher's task: runs until cancelled."""
+        task_status.started()
+        while True:
+            with trio.move_on_after(self._period):
+                await self._nudge.wait()
+            self._nudge = trio.Event()
+            self._reload()
+            self.reloads += 1

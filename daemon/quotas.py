@@ -1,0 +1,211 @@
+"""Namespace quotas in the daemon: loading documents, and the checks that use them.
+
+The documents live in the settings store; each namespace's
+:class:`~actors.namespace.NamespaceActor` holds the decoded one. The settings
+watcher reloads them all every two seconds (and at SIGHUP), so a change made
+by another process sharing the database reaches this one within about two
+seconds; a change made here applies at its commit. A document that cannot be
+decoded fails its namespace closed, no other.
+
+The config file's ``[quotas.<ns>]`` tables are written to the store at start
+and at SIGHUP (audited, actor ``config``) and are read-only through the API.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from actors import lifecycle as lc
+from actors.errors import Refused
+from actors.namespace import NamespaceActor
+from actors.quota import Quota, parse_quota
+from daemon.store import audit
+from daemon.store import settings as settings_sql
+from daemon.store.database import Tx
+
+if TYPE_CHECKING:
+    from daemon.core import Core
+
+log = logging.getLogger("sluicegate.quotas")
+
+
+def decode(text: str) -> Quota:
+    """A stored document to a :class:`Quota`; ``invalid_argument`` if it does not decode."""
+    try:
+        doc = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise Refused("invalid_argument", f"not JSON: {exc}", field="quota") from None
+    return parse_quota(doc)
+
+
+def reload(core: Core) -> None:
+    """Read every stored quota document into the namespace actors."""
+    now = core.clock.now_ms()
+    seen: set[str] = set()
+    for key, text in settings_sql.quotas(core.conn):
+        namespace = settings_sql.namespace_of(key)
+        if namespace is None:
+            continue
+        seen.add(namespace)
+        apply(core.namespaces.get(namespace), text, now)
+    for actor in core.namespaces.known():
+        if actor.namespace not in seen and (actor.quota is not None or actor.broken):
+            actor.set_quota(None, now)
+            log.info("quota of namespace %r cleared", actor.namespace)
+
+
+def apply(actor: NamespaceActor, text: str | None, now_ms: int) -> None:
+    """Give ``actor`` the document ``text`` (None: no quota), failing closed if bad."""
+    if text is None:
+        actor.set_quota(None, now_ms)
+        return
+    try:
+        quota = decode(text)
+    except Refused as exc:
+        if actor.broken != exc.message:
+            log.error("quota of namespace %r cannot be decoded, failing closed: %s",
+                      actor.namespace, exc.message)  # fmt: skip
+        actor.set_broken(exc.message)
+        return
+    actor.set_quota(quota, now_ms)
+
+
+def stored(conn: sqlite3.Connection, namespace: str) -> tuple[Any, str | None]:
+    """A namespace's stored document (decoded JSON, or None) and its decode error."""
+    text = settings_sql.get(conn, settings_sql.quota_key(namespace))
+    if text is None:
+        return None, None
+    try:
+        return decode(text).to_dict(), None
+    except Refused as exc:
+        return None, exc.message
+
+
+def write(core: Core, tx: Tx, actor: str, namespace: str, quota: Quota | None, raw: Any = None
+          ) -> None:  # fmt: skip
+    """Store (or clear, with None) a namespace's document, audited; applied at commit.
+
+    ``raw`` stores a config table that does not decode as it is, so the
+    namespace fails closed exactly as a bad stored document does.
+    """
+    key = settings_sql.quota_key(namespace)
+    before, _error = stored(tx.conn, namespace)
+    if quota is None and raw is None:
+        settings_sql.delete(tx.conn, key)
+        text = None
+        after = None
+    else:
+        after = quota.to_dict() if quota is not None else raw
+        text = orjson.dumps(after).decode()
+        settings_sql.put(tx.conn, key, text, tx.now_ms)
+    audit.record(
+        tx.conn, at=tx.now_ms, actor=actor, namespace=namespace, target_kind="namespace",
+        target=namespace, action="clear" if text is None else "set", before=before, after=after,
+    )  # fmt: skip
+    ns = core.namespaces.get(namespace)
+    tx.after(lambda: apply(ns, text, core.clock.now_ms()))
+    tx.after(lambda: core.quota_changed(namespace))
+
+
+def provision(core: Core) -> Any:
+    """The write that makes the config file's ``[quotas.<ns>]`` tables true in the store."""
+    tables = core.config.quota_tables
+
+    def write_all(tx: Tx) -> None:
+        for namespace, (quota, raw) in tables.items():
+            text = settings_sql.get(tx.conn, settings_sql.quota_key(namespace))
+            wanted = orjson.dumps(quota.to_dict() if quota is not None else raw).decode()
+            if text != wanted:
+                write(core, tx, "config", namespace, quota, raw)
+
+    return write_all
+
+
+# -- the checks --------------------------------------------------------------------
+
+
+def admit(core: Core, tx: Tx, namespace: str, n: int, queue: str) -> tuple[int, str | None]:
+    """Enqueue admission of ``n`` jobs of one call: how many are written live (the
+    first ones) and why the rest are shed. ``reject`` refuses the whole call.
+
+    Counts this transaction's earlier admissions too, so two calls of one group
+    commit cannot both take the last room: within one daemon ``max_pending``
+    never overshoots (seed 000's "count, then insert" overshoot is across
+    daemons sharing a database).
+    """
+    actor = core.namespaces.get(namespace)
+    if actor.quota is None and actor.broken is None:
+        return n, None
+    try:
+        admitted, undo = actor.admit(n, pending_now(core, namespace), queue, tx.now_ms)
+    except Refused as exc:
+        core.metrics.quota_refused(namespace, exc.code)
+        raise
+    tx.undo(undo)
+    tx.after(lambda: actor.committed_pending(admitted.live))
+    if admitted.shed_reason is not None:
+        shed = n - admitted.live
+        tx.after(lambda: core.metrics.quota_shed(namespace, admitted.shed_reason or "", shed))
+    return admitted.live, admitted.shed_reason
+
+
+def limit_text(core: Core, namespace: str, limit: str) -> str:
+    """``max_pending 10000`` or ``enqueue_rate 500/s``: a limit and its value."""
+    quota = core.namespaces.get(namespace).quota
+    return f"{limit} {getattr(quota, limit, '')}"
+
+
+def pending_now(core: Core, namespace: str) -> int:
+    """The namespace's scheduled and pending jobs (what ``max_pending`` counts)."""
+    return core.counts.total(namespace, lc.SCHEDULED) + core.counts.total(namespace, lc.PENDING)
+
+
+def claim_room(core: Core, namespace: str, want: int) -> int:
+    """How many jobs a claim in ``namespace`` may take now (at most ``want``).
+
+    0 under a hold (:func:`hold`); with ``max_running``, what is left of it
+    beside what runs, counting the claims of this transaction not yet
+    committed (:func:`claimed`).
+    """
+    actor = core.namespaces.get(namespace)
+    if actor.broken is not None:
+        return 0
+    room = actor.running_room(core.counts.total(namespace, lc.RUNNING))
+    return want if room is None else min(want, room)
+
+
+def hold(core: Core, namespace: str) -> str | None:
+    """Why no job of ``namespace`` may start now: ``quota_unavailable``,
+    ``running_full``, or None."""
+    actor = core.namespaces.get(namespace)
+    if actor.broken is not None:
+        return "quota_unavailable"
+    if actor.running_room(core.counts.total(namespace, lc.RUNNING)) == 0:
+        return "running_full"
+    return None
+
+
+def claimed(core: Core, tx: Tx, namespace: str, n: int) -> None:
+    """``n`` jobs of ``namespace`` were claimed in ``tx`` (only where ``max_running`` is set)."""
+    actor = core.namespaces.get(namespace)
+    if n and actor.quota is not None and actor.quota.max_running is not None:
+        tx.undo(actor.claiming(n))
+        tx.after(lambda: actor.committed_running(n))
+
+
+def held_back(core: Core, namespace: str, reason: str, queues: list[str]) -> list[dict[str, Any]]:
+    """``claim_next``'s ``deferred`` entries for a namespace-wide hold (``running_full``,
+    ``quota_unavailable``): every asked queue with claimable jobs."""
+    out = []
+    for queue in queues:
+        pending = core.claimable((namespace, queue))
+        if pending <= 0:
+            continue
+        at = core.reaper.target if reason == "running_full" else None
+        out.append({"queue": queue, "reason": reason, "pending": pending,
+                    "next_eligible_at": at, "exact": False})  # fmt: skip
+    return out
