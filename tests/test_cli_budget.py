@@ -13,9 +13,14 @@ from typing import Any
 import pytest
 
 from daemon.cli.budget import describe_strategy, duration, next_refill_ms, render
+from daemon.cli.jobs import admission_text, bindings_text, budget_binding
+from daemon.cli.main import main
+from daemon.cli.output import local_instant, local_time
+from daemon.client import Client
 
 HEADER = r"KEY\s+ALLOCATION\s+STRATEGY\s+AVAILABLE\s+IN FLIGHT\s+PARKED\s+NEXT REFILL"
 LOCAL_TIME = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
+STAMP = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d"
 
 
 def sluice(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -50,6 +55,10 @@ class Sluice:
         proc = self.run(*args, "--json")
         assert proc.returncode == 0, proc.stderr
         return json.loads(proc.stdout)  # json.loads refuses a second document
+
+    def sluice(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """Any ``sluice args... --socket S`` (not only ``budget``)."""
+        return sluice(*args, "--socket", self.socket)
 
 
 @pytest.fixture
@@ -215,12 +224,119 @@ def test_the_table_shows_the_columns(cli):
     assert re.fullmatch(HEADER, one[0]) and one[1].split()[:2] == ["flights", "10"]
 
 
+# -- jobs bound to budgets: enqueue --budget, parked jobs in jobs list/show -----------
+
+
+def test_enqueue_binds_the_job_to_every_budget_given(cli):
+    cli.ok("create", "images", "--allocation", "10", "--strategy", "while_in_flight")
+    cli.ok("create", "tenant:a", "--allocation", "10", "--strategy", "while_in_flight")
+    proc = cli.sluice("enqueue", "q", "t", "--budget", "images", "--budget", "tenant:a:3", "--json")
+    job = json.loads(proc.stdout)["job"]
+    assert job["budgets"] == [{"key": "images", "cost": 1}, {"key": "tenant:a", "cost": 3}]
+    human = cli.sluice("enqueue", "q", "t", "--budget", "images:2")
+    assert human.returncode == 0, human.stderr
+    assert re.fullmatch(r"enqueued job \S+ on q \(pending, budgets images:2\)\n", human.stdout)
+    shown = cli.sluice("jobs", "show", job["id"]).stdout
+    assert re.search(r"^budgets\s+images, tenant:a:3$", shown, re.M)
+    assert re.search(r"^admission\s+admitted$", shown, re.M)  # nothing holds it back yet
+
+
+def test_a_bad_budget_option_is_a_usage_error_naming_it(cli, capsys):
+    for bad, why in (
+        (":3", "the budget KEY is missing"),
+        ("k:0", "COST must be from 1 to 2147483647, got 0"),
+        ("k:x", "COST after the last ':' must be a whole number, got 'x'"),
+        ("k:", "COST after the last ':' must be a whole number, got ''"),
+        ("k:2147483648", "COST must be from 1 to 2147483647"),
+        ("a b", "bad budget key 'a b'"),
+    ):
+        status = main(["enqueue", "q", "t", "--budget", bad, "--socket", cli.socket])
+        out, err = capsys.readouterr()
+        assert (status, out) == (2, ""), bad
+        assert "sluice enqueue: error: argument --budget: " in err and why in err, (bad, err)
+    with Client(cli.socket) as client:  # nothing reached the daemon
+        assert client.status()["queues"] == []
+
+
+def test_the_daemon_refusing_a_binding_exits_1_with_its_message(cli):
+    cli.ok("create", "one", "--allocation", "1", "--strategy", "while_in_flight")
+    unknown = cli.sluice("enqueue", "q", "t", "--budget", "nope")
+    assert unknown.returncode == 1 and unknown.stdout == ""
+    assert unknown.stderr.startswith("sluice: invalid_argument: ") and "'nope'" in unknown.stderr
+    costly = cli.sluice("enqueue", "q", "t", "--budget", "one:5", "--json")
+    assert costly.returncode == 1 and costly.stdout == ""
+    assert costly.stderr.startswith("sluice: invalid_argument: ") and "'one'" in costly.stderr
+    assert costly.stderr.count("\n") == 1
+
+
+def test_a_parked_job_says_why_and_when_in_jobs_list_and_show(cli):
+    cli.ok("create", "hourly", "--allocation", "1", "--strategy", "time_based", "--duration", "1h")
+    cli.ok("create", "slots", "--allocation", "1", "--strategy", "while_in_flight")
+    with Client(cli.socket) as client:
+        jobs = [
+            r["job"]["id"]
+            for r in client.enqueue_many(
+                [{"queue": "q", "type": "t", "budgets": [{"key": key}]}
+                 for key in ("hourly", "hourly", "slots", "slots")]
+            )
+        ]  # fmt: skip
+        claimed = client.claim_next(["q"], max=10)  # one of each runs, the others park
+        assert len(claimed) == 2
+        parked = {j: client.get(j)["admission"] for j in (jobs[1], jobs[3])}
+    drip, slot = parked[jobs[1]], parked[jobs[3]]
+    assert (drip["budget"], drip["exact"], slot["budget"]) == ("hourly", True, "slots")
+
+    listing = cli.sluice("jobs", "list", "--queue", "q")
+    assert listing.returncode == 0, listing.stderr
+    lines = listing.stdout.splitlines()
+    assert re.fullmatch(
+        r"ID\s+QUEUE\s+TYPE\s+STATUS\s+ATTEMPTS\s+PRIORITY\s+READY\s+ADMISSION\s+ERROR", lines[0]
+    )
+    rows = {line.split()[0]: line for line in lines[1:]}
+    assert "deferred" not in rows[jobs[0]] and "running" in rows[jobs[0]]
+    eligible = local_time(drip["next_eligible_at"])
+    assert rows[jobs[1]].split("  ")[-1] == (
+        f"deferred: budget_exhausted on hourly, eligible {eligible}"
+    )
+    # while_in_flight: a slot frees when a running job ends; the instant is an estimate (~).
+    want = "deferred: budget_exhausted on slots, eligible "
+    want += (
+        f"~{local_time(slot['next_eligible_at'])}" if slot["next_eligible_at"] else ": not known"
+    )
+    assert rows[jobs[3]].endswith(want)
+    assert re.search(r"\bpending\b", rows[jobs[1]]) and re.search(r"\bpending\b", rows[jobs[3]])
+
+    shown = cli.sluice("jobs", "show", jobs[1]).stdout
+    assert re.search(
+        rf"^admission\s+deferred: budget_exhausted on hourly, eligible {STAMP}$", shown, re.M
+    )
+    assert local_instant(drip["next_eligible_at"]) in shown
+    assert json.loads(cli.sluice("jobs", "show", jobs[1], "--json").stdout)["job"]["admission"] == {
+        **drip,
+        "state": "deferred",
+        "reason": "budget_exhausted",
+    }
+
+    # The budgets' table counts them: in flight, parked, and when the drip refills.
+    doc = cli.json("get", "hourly")["budget"]
+    row = cli.ok("get", "hourly").splitlines()[1]
+    assert re.fullmatch(rf"hourly\s+1\s+time_based 1/1h\s+0\.\d\d\s+1\s+1\s+{LOCAL_TIME}", row), row
+    assert row.endswith(local_time(doc["state"]["next_refill_at"]))
+    assert re.fullmatch(r"slots\s+1\s+while_in_flight\s+0\s+1\s+1\s+-",
+                        cli.ok("get", "slots").splitlines()[1])  # fmt: skip
+
+
 # -- the table's math, in process ------------------------------------------------------
 
 
 def _budget(
-    allocation: int, available: float, duration_ms: int | None = None, burst: int | None = None
+    allocation: int,
+    available: float,
+    duration_ms: int | None = None,
+    burst: int | None = None,
+    **state: Any,
 ) -> dict[str, Any]:
+    """A budget object; ``state`` adds fields such as the daemon's ``next_refill_at``."""
     strategy: dict[str, Any] = {"type": "while_in_flight"}
     if duration_ms is not None:
         strategy = {"type": "time_based", "duration_ms": duration_ms}
@@ -232,7 +348,7 @@ def _budget(
         "strategy": strategy,
         "created_at": 0,
         "updated_at": 0,
-        "state": {"available": available, "in_flight": 0, "parked": 0, "next_refill_at": None},
+        "state": {"available": available, "in_flight": 0, "parked": 0, **state},
     }
 
 
@@ -286,3 +402,50 @@ def test_duration_accepts_units_and_integer_ms(text, ms):
 def test_duration_rejects_the_rest(text):
     with pytest.raises(argparse.ArgumentTypeError):
         duration(text)
+
+
+def test_the_daemons_next_refill_at_is_shown_when_it_sends_one():
+    now = 1_700_000_000_000
+    at = now + 12_345
+    [_, drip, full, slots] = render(
+        [
+            _budget(6, 2.5, 60_000, next_refill_at=at),
+            _budget(6, 6.0, 60_000, next_refill_at=None),
+            _budget(4, 1.0, next_refill_at=None),
+        ],
+        now,
+    ).splitlines()
+    assert drip.endswith(local_time(at)) and full.endswith("full") and slots.endswith("-")
+    assert describe_strategy(_budget(6, 1.0, 60_000, burst=1)) == "time_based 6/1m burst 1"
+
+
+@pytest.mark.parametrize(
+    ("text", "binding"),
+    [("images", {"key": "images"}), ("images:3", {"key": "images", "cost": 3}),
+     ("tenant:a:1", {"key": "tenant:a", "cost": 1}), ("a.b-c_d", {"key": "a.b-c_d"})],
+)  # fmt: skip
+def test_budget_binding_reads_key_and_cost(text, binding):
+    assert budget_binding(text) == binding
+
+
+@pytest.mark.parametrize("text", [":3", "k:0", "k:x", "k:", "k:-1", "", "a b", "k:1.5"])
+def test_budget_binding_rejects_the_rest(text):
+    with pytest.raises(argparse.ArgumentTypeError):
+        budget_binding(text)
+
+
+def test_admission_and_bindings_text():
+    assert admission_text(None, local_time) == ""
+    assert admission_text({"state": "admitted", "reason": None}, local_time) == ""
+    at = 1_700_000_000_000
+    exact = {"state": "deferred", "reason": "budget_exhausted", "budget": "b",
+             "next_eligible_at": at, "exact": True}  # fmt: skip
+    assert admission_text(exact, local_time) == (
+        f"deferred: budget_exhausted on b, eligible {local_time(at)}"
+    )
+    assert admission_text({**exact, "exact": False}, local_instant) == (
+        f"deferred: budget_exhausted on b, eligible ~{local_instant(at)}"
+    )
+    paused = {"state": "deferred", "reason": "paused", "next_eligible_at": None, "exact": False}
+    assert admission_text(paused, local_time) == "deferred: paused, eligible: not known"
+    assert bindings_text([{"key": "a", "cost": 1}, {"key": "b", "cost": 4}]) == "a, b:4"

@@ -5,10 +5,11 @@ Each subcommand is one verb (``budget_list``, ``budget_get``, ``budget_create``,
 verb's result. ``patch`` sends a JSON merge patch of only the options given
 (``--burst null`` resets the burst to its default, the allocation).
 
-The table's NEXT REFILL is computed here from the budget object's fields: for
-a ``time_based`` budget that is not full, the local time at which the pool
-next holds one more whole token if nothing is debited meanwhile; ``full`` when
-``available`` has reached the cap (``burst``, else the allocation); ``-`` for
+The table's NEXT REFILL is, for a ``time_based`` budget that is not full, the
+local time at which the pool next holds one more whole token if nothing is
+debited meanwhile: the daemon's ``state.next_refill_at`` (exact), or computed
+here from the other fields when a daemon does not send it; ``full`` when the
+pool is at its cap (``burst``, else the allocation); ``-`` for
 ``while_in_flight``.
 """
 
@@ -227,7 +228,8 @@ def refill_cell(budget: dict[str, Any], now_ms: int) -> str:
     """The NEXT REFILL cell: a local time, ``full``, or ``-`` for ``while_in_flight``."""
     if budget["strategy"]["type"] != "time_based":
         return "-"
-    at = next_refill_ms(budget, now_ms)
+    state = budget["state"]
+    at = state["next_refill_at"] if "next_refill_at" in state else next_refill_ms(budget, now_ms)
     return "full" if at is None else local_time(at)
 
 

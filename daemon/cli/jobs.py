@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -33,19 +34,31 @@ def int_range(lo: int, hi: int | None = None) -> Any:
     return parse
 
 
+MAX_COST = 2**31 - 1  # seed 003: costs, like allocations, are int32
+
+
 def budget_binding(text: str) -> dict[str, Any]:
-    """``KEY[:COST]`` as a binding ``{key, cost?}``."""
-    key, sep, cost = text.rpartition(":") if ":" in text else (text, "", "")
-    if sep and not cost.isdigit():
-        # A key may contain ':'; only a numeric tail is a cost.
+    """``--budget KEY[:COST]`` as a binding ``{key, cost?}`` (argparse names the option).
+
+    The cost is what follows the last ``:``, a whole number of at least 1. A key
+    may itself contain ``:``; such a key is bound with its cost spelled out
+    (``tenant:images:1``), so that ``k:x`` is a mistake rather than a key.
+    """
+    key, sep, cost = text.rpartition(":")
+    if not sep:
         key, cost = text, ""
+    elif not cost.isdigit():
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: COST after the last ':' must be a whole number, got {cost!r}"
+            " (a key containing ':' is written with its cost: KEY:COST)"
+        )
+    elif not 1 <= int(cost) <= MAX_COST:
+        raise argparse.ArgumentTypeError(f"{text!r}: COST must be from 1 to {MAX_COST}, got {cost}")
+    if not key:
+        raise argparse.ArgumentTypeError(f"{text!r}: the budget KEY is missing (KEY[:COST])")
     if not KEY_RE.match(key):
         raise argparse.ArgumentTypeError(f"bad budget key {key!r}: 1-128 of [A-Za-z0-9._:-]")
-    if cost:
-        if int(cost) < 1:
-            raise argparse.ArgumentTypeError(f"budget cost must be at least 1, got {cost}")
-        return {"key": key, "cost": int(cost)}
-    return {"key": key}
+    return {"key": key, "cost": int(cost)} if cost else {"key": key}
 
 
 def parse_payload(text: str | None) -> Any:
@@ -81,7 +94,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         type=budget_binding,
         action="append",
         metavar="KEY[:COST]",
-        help="bind the job to a budget (repeatable)",
+        help="bind the job to a budget, COST tokens (default 1) a run; repeatable: "
+        "every bound budget must pay before the job runs",
     )
     p.set_defaults(run=run_enqueue)
 
@@ -126,7 +140,8 @@ def run_enqueue(ctx: Context, args: argparse.Namespace) -> int:
         print(f"folded into job {job['id']} (ready {local_time(job['ready_at'])})")
     else:
         when = "" if job["status"] != "scheduled" else f", ready {local_time(job['ready_at'])}"
-        print(f"enqueued job {job['id']} on {job['queue']} ({job['status']}{when})")
+        bound = f", budgets {bindings_text(job['budgets'])}" if job.get("budgets") else ""
+        print(f"enqueued job {job['id']} on {job['queue']} ({job['status']}{when}{bound})")
     return 0
 
 
@@ -155,11 +170,13 @@ def render_list(result: dict[str, Any]) -> str:
             f"{j['attempts']}/{j['max_attempts']}",
             j["priority"],
             local_time(j.get("ready_at")),
+            admission_text(j.get("admission"), local_time),
             shorten(j.get("error")),
         ]
         for j in jobs
     ]
-    text = table(["ID", "QUEUE", "TYPE", "STATUS", "ATTEMPTS", "PRIORITY", "READY", "ERROR"], rows)
+    headers = ["ID", "QUEUE", "TYPE", "STATUS", "ATTEMPTS", "PRIORITY", "READY", "ADMISSION"]
+    text = table([*headers, "ERROR"], rows)
     if result.get("next"):
         text += f"\n(more: --after {result['next']})"
     return text
@@ -182,7 +199,11 @@ def render_job(job: dict[str, Any]) -> str:
     for key, value in job.items():
         if key.endswith("_at"):
             shown = local_instant(value)
-        elif key in ("payload", "result", "dead", "budgets", "admission") and value is not None:
+        elif key == "admission" and value:
+            shown = admission_text(value, local_instant) or str(value.get("state", "-"))
+        elif key == "budgets" and value:
+            shown = bindings_text(value)
+        elif key in ("payload", "result", "dead", "budgets") and value is not None:
             shown = compact(value)
         else:
             shown = "-" if value is None else str(value)
@@ -190,3 +211,29 @@ def render_job(job: dict[str, Any]) -> str:
     width = max(len(k) for k, _ in lines)
     indent = "\n" + " " * (width + 2)  # a multi-line error stays in its column
     return "\n".join(f"{k.ljust(width)}  {v.replace(chr(10), indent)}" for k, v in lines)
+
+
+def bindings_text(budgets: list[dict[str, Any]]) -> str:
+    """A job's budget bindings as ``--budget`` spells them: ``images, slots:2``."""
+    return ", ".join(
+        b["key"] if b.get("cost", 1) == 1 else f"{b['key']}:{b['cost']}" for b in budgets
+    )
+
+
+def admission_text(admission: dict[str, Any] | None, when: Callable[[int | None], str]) -> str:
+    """Why a pending job may not run yet, and when it may: ``""`` if nothing holds it back.
+
+    ``deferred: budget_exhausted on images, eligible 2026-08-31 19:22:05``; an
+    estimate (``exact`` false: a slot frees when a running job ends or its lease
+    lapses) reads ``eligible ~<time>``, and no known instant ``eligible: not known``.
+    ``when`` formats the instant (``local_time`` or ``local_instant``).
+    """
+    if not admission or admission.get("state") != "deferred":
+        return ""
+    text = f"deferred: {admission.get('reason') or 'unknown'}"
+    if admission.get("budget"):
+        text += f" on {admission['budget']}"
+    at = admission.get("next_eligible_at")
+    if at is None:
+        return text + ", eligible: not known"
+    return text + f", eligible {'' if admission.get('exact') else '~'}{when(at)}"
