@@ -297,7 +297,9 @@ async def test_an_unreadable_quota_stops_its_namespace_only(tmp_path, autojump_c
         await enqueue(core, 1, namespace="b")  # another namespace is unaffected
         await call(core, "quota_clear", namespace="a")  # clearing resumes
         await enqueue(core, 1, namespace="a")
-        assert len((await call(core, "claim_next", namespace="a", queues=["q"], max=5))["jobs"]) == 2
+        assert (
+            len((await call(core, "claim_next", namespace="a", queues=["q"], max=5))["jobs"]) == 2
+        )
 
 
 async def test_a_change_by_another_process_arrives_within_two_seconds(tmp_path, autojump_clock):
@@ -316,7 +318,9 @@ async def test_a_change_by_another_process_arrives_within_two_seconds(tmp_path, 
         assert trio.current_time() - t0 <= 2.1
 
 
-async def test_a_provisioned_quota_is_read_only_and_a_bad_one_fails_closed(tmp_path, autojump_clock):
+async def test_a_provisioned_quota_is_read_only_and_a_bad_one_fails_closed(
+    tmp_path, autojump_clock
+):
     config = parse_config(
         {"quotas": {"billing": {"max_pending": 1, "enqueue_rate": "500/s"},
                     "broken": {"max_pending": -1}}}, "test.toml"
