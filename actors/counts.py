@@ -45,6 +45,11 @@ class QueueCounts:
         totals[source] -= n
         totals[target] += n
 
+    def remove(self, key: QueueKey, state: str, n: int = 1) -> None:
+        """``n`` jobs in ``state`` were deleted (retention)."""
+        self._counts[key][state] -= n
+        self._totals[key[0]][state] -= n
+
     def queues_of(self, namespace: str) -> list[str]:
         """The queues of ``namespace`` that have (or had) jobs."""
         return [q for ns, q in self._counts if ns == namespace]

@@ -35,6 +35,11 @@ class IdMint:
         return _encode((now_ms << _RANDOM_BITS) | rand)
 
 
+def first_id(at_ms: int) -> str:
+    """The smallest id of millisecond ``at_ms``: every id minted earlier sorts below it."""
+    return _encode(max(0, at_ms) << _RANDOM_BITS)
+
+
 # Two characters per 10 bits: the 128-bit value, shifted left by 2, is 13 such
 # pairs (what base32 of 16 bytes gives, with its 2 zero padding bits), and a
 # table lookup per pair is faster than base64 plus a translation. The alphabet

@@ -45,7 +45,8 @@ class BenchDaemon:
         synchronous: str,
         *,
         http: bool = False,
-        loop_probe: str = "5ms",
+        loop_probe: str | None = "5ms",
+        extra_config: str = "",
         cprofile: Path | None = None,
         py_spy: Path | None = None,
         source: Path | None = None,
@@ -66,7 +67,8 @@ class BenchDaemon:
             f'state_dir = "{self.state}"\n'
             f'http = "{f"127.0.0.1:{self.port}" if self.port else ""}"\n'
             f'synchronous = "{synchronous}"\n'
-            f'loop_probe = "{loop_probe}"\n'
+            + (f'loop_probe = "{loop_probe}"\n' if loop_probe is not None else "")
+            + extra_config
         )
         self.log = self.workdir / "daemon.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -167,6 +169,23 @@ class BenchDaemon:
         fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
         # After "pid (comm)": state is fields[0]; utime and stime are fields 11 and 12.
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def wakeups(self) -> int:
+        """Voluntary context switches of all the daemon's threads so far.
+
+        Mostly wake-ups from a sleep: a daemon that polls while idle shows them
+        growing at its polling rate.
+        """
+        total = 0
+        for task in Path(f"/proc/{self.pid}/task").iterdir():
+            try:
+                text = (task / "status").read_text()
+            except OSError:  # the thread ended meanwhile
+                continue
+            for line in text.splitlines():
+                if line.startswith("voluntary_ctxt_switches:"):
+                    total += int(line.split()[1])
+        return total
 
     def status(self) -> dict[str, Any]:
         """The ``status`` verb's answer."""

@@ -141,9 +141,12 @@ class BudgetDispatch:
 
     # -- claim ------------------------------------------------------------------
 
-    def claim(self, tx: Tx, namespace: str, queues: list[str], limit: int, lease: str,
-              lease_ms: int | None) -> list[sql.Row]:  # fmt: skip
-        """Claim up to ``limit`` jobs of ``queues``: the ready ones whose budgets pay.
+    def claim(
+        self, tx: Tx, namespace: str, queues: list[str], limit: int, lease: str,
+        lease_ms: int | None, caps: dict[str, int] | None = None,
+    ) -> list[sql.Row]:  # fmt: skip
+        """Claim up to ``limit`` jobs of ``queues`` (at most ``caps[queue]`` of a
+        capped queue): the ready ones whose budgets pay.
 
         Parks the others and reads on, so a parked job never holds back the
         jobs behind it. The work is what is claimed plus what is parked (each
@@ -152,9 +155,10 @@ class BudgetDispatch:
         conn, now = tx.conn, tx.now_ms
         claimed: list[sql.Row] = []
         parks_left = PARK_PER_CLAIM
+        caps = dict(caps) if caps else None
         while True:
             want = limit - len(claimed)
-            rows = sql.ready(conn, namespace, queues, want)
+            rows = sql.ready(conn, namespace, queues, want, caps)
             admitted = []
             parked = 0
             for row in rows:
@@ -169,6 +173,10 @@ class BudgetDispatch:
                     parks_left -= 1
                     parked += 1
             claimed += sql.mark_running(conn, admitted, lease, lease_ms, now)
+            if caps is not None:
+                for row in admitted:
+                    if row[sql.QUEUE] in caps:
+                        caps[row[sql.QUEUE]] -= 1
             if not parked or len(rows) < want or parks_left <= 0:
                 self.parks_left = parks_left
                 return claimed

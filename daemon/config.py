@@ -20,8 +20,9 @@ import cattrs
 
 from actors.budget import BudgetSpec, Strategy
 from actors.errors import Refused
+from actors.periodic import Schedule, ScheduleError, parse_schedule
 from actors.quota import Quota, parse_quota
-from daemon.durations import parse_duration_ms
+from daemon.durations import format_duration_ms, parse_duration_ms
 from daemon.strict import strict_converter
 from daemon.validation import FieldError, at_least, describe
 
@@ -82,11 +83,14 @@ class DaemonConfig:
 
 @attrs.frozen
 class RetentionConfig:
-    """``[retention]``: how long finished jobs are kept by default."""
+    """``[retention]``: how long finished jobs are kept by default, and the sweep's pace."""
 
     completed_ttl: Duration = 7 * 86_400_000
     dead_ttl: Duration = 30 * 86_400_000
+    #: Rows one sweep write deletes (and, for TTL sweeps, index entries it reads) at most.
     batch: int = attrs.field(default=1000, validator=at_least(1))
+    #: Time between two retention ticks (the leader lease lasts three).
+    interval: Duration = attrs.field(default=60_000, validator=at_least(1000))
 
 
 def _check_name(_inst: object, attr: attrs.Attribute, value: str) -> None:
@@ -125,6 +129,46 @@ class TokenConfig:
         return hashlib.sha256(self.token.encode()).hexdigest()
 
 
+def _between(lo: int, hi: int):
+    def check(_inst: object, attr: attrs.Attribute, value: int | None) -> None:
+        if value is not None and not lo <= value <= hi:
+            raise FieldError(attr.name, f"must be between {lo} and {hi}, got {value}")
+
+    return check
+
+
+def _check_table(_inst: object, attr: attrs.Attribute, value: Any) -> None:
+    if not isinstance(value, dict):
+        raise FieldError(attr.name, 'must be a table, such as { report = "daily" }')
+
+
+@attrs.frozen
+class PeriodicConfig:
+    """``[[periodic]]``: a job enqueued on a schedule (``every`` or ``cron`` + ``tz``)."""
+
+    name: str = attrs.field(validator=_check_name)
+    queue: str = attrs.field(validator=_check_name)
+    type: str = attrs.field(validator=_check_name)
+    namespace: str = attrs.field(default="default", validator=_check_name)
+    payload: Any = attrs.field(factory=dict, validator=_check_table)
+    priority: int | None = attrs.field(default=None, validator=_between(0, 65535))
+    max_attempts: int | None = attrs.field(default=None, validator=_between(1, 100_000))
+    lease_ms: Duration | None = attrs.field(default=None, validator=_between(1, 86_400_000))
+    every: Duration | None = None
+    cron: str | None = None
+    tz: str | None = None
+    #: Built from every/cron/tz when the entry is read.
+    schedule: Schedule = attrs.field(init=False, eq=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        text = None if self.every is None else format_duration_ms(self.every)
+        try:
+            schedule = parse_schedule(self.every, text, self.cron, self.tz)
+        except ScheduleError as exc:
+            raise FieldError(exc.field, exc.message) from None
+        object.__setattr__(self, "schedule", schedule)
+
+
 @attrs.frozen
 class Config:
     """The whole config file. Sections of later features are kept as raw tables."""
@@ -135,6 +179,7 @@ class Config:
     quotas: dict[str, dict[str, Any]] = attrs.field(factory=dict)
     budgets: dict[str, dict[str, Any]] = attrs.field(factory=dict)
     policies: dict[str, dict[str, Any]] = attrs.field(factory=dict)
+    periodic: tuple[PeriodicConfig, ...] = ()
     #: ``budgets`` validated: namespace -> key -> settings (read-only budgets).
     budget_specs: dict[str, dict[str, BudgetSpec]] = attrs.field(factory=dict)
     #: ``quotas`` decoded: namespace -> (document, or None when it does not
@@ -155,7 +200,8 @@ class Config:
 # Durations are plain ints in the type system; mark their fields by name.
 _DURATION_FIELDS = {
     DaemonConfig: {"lease", "rollup_interval", "shutdown_grace", "loop_probe"},
-    RetentionConfig: {"completed_ttl", "dead_ttl"},
+    RetentionConfig: {"completed_ttl", "dead_ttl", "interval"},
+    PeriodicConfig: {"every", "lease_ms"},
 }
 _converter = strict_converter()
 for _cls, _fields in _DURATION_FIELDS.items():
@@ -201,6 +247,11 @@ def parse_config(data: dict[str, Any], source: str) -> Config:
         if digest in seen:
             problems.append(f"{where}: the same token is configured twice")
         seen.add(digest)
+    names: set[str] = set()
+    for i, entry in enumerate(config.periodic):
+        if entry.name in names:
+            problems.append(f"periodic[{i}].name: {entry.name!r} is used by another entry")
+        names.add(entry.name)
     if problems:
         raise ConfigError(source, problems)
     tables, quota_problems = _quota_tables(config.quotas)

@@ -23,10 +23,12 @@ from actors.namespace import Namespaces
 from actors.reaper import DelayTimer, LeaseReaper
 from actors.router import ClaimRouter
 from actors.watcher import SettingsWatcher
-from daemon import __version__, quotas
+from daemon import __version__, quotas, retention
 from daemon.budget_dispatch import BudgetDispatch
 from daemon.config import Config
 from daemon.metrics import Metrics
+from daemon.periodic import PeriodicScheduler
+from daemon.policies import Policies
 from daemon.session import Authenticator
 from daemon.store import budgets as budget_sql
 from daemon.store import jobs as sql
@@ -67,7 +69,10 @@ class Core:
         self.budgets: dict[QueueKey, Budget] = {}  # by (namespace, key)
         self.dispatch = BudgetDispatch(self)
         self.namespaces = Namespaces()
+        self.policies = Policies(self)
         self.watcher = SettingsWatcher(lambda: quotas.reload(self))
+        self.retention = retention.leader(self)
+        self.periodic = PeriodicScheduler(self, config.periodic)
         self.recover()
 
     # -- start-up -------------------------------------------------------------
@@ -78,6 +83,7 @@ class Core:
         self.known_queues = {(ns, q) for ns, q, _c, _d in queue_sql.all_queues(self.conn)}
         self.budgets = {(r[0], r[1]): budget_sql.load(r) for r in budget_sql.all_budgets(self.conn)}
         self.dispatch.recover()
+        self.policies.load()
         quotas.reload(self)
         self.metrics.bind(self)
 
@@ -89,6 +95,9 @@ class Core:
             await nursery.start(self.delay_timer.run)
             await nursery.start(self.dispatch.waker.run)
             await nursery.start(self.watcher.run)
+            await nursery.start(self.retention.run)
+            await nursery.start(self.periodic.run)
+            await nursery.start(self.policies.reopener.run)
             task_status.started()
 
     def drain(self) -> None:
@@ -101,6 +110,7 @@ class Core:
         self.config = config
         self.auth = Authenticator(config)
         self.problems = []
+        self.periodic.replace(config.periodic)
 
     def health_problems(self) -> list[str]:
         """What ``/healthz`` reports as degraded (a broken config reload, a namespace
@@ -143,6 +153,9 @@ class Core:
         if hold is not None:
             at = self.reaper.target if hold == "running_full" else None
             return {"state": "deferred", "reason": hold, "next_eligible_at": at, "exact": False}
+        policy = self.policies.status((namespace, row[sql.QUEUE]), now)
+        if policy is not None and (policy.state == "deferred" or held is None):
+            return policy.to_dict()
         quota = self.namespaces.get(namespace).quota
         if held is None and quota is not None and quota.max_running is not None:
             return {"state": "admitted", "reason": None, "next_eligible_at": None, "exact": True}
@@ -175,7 +188,13 @@ class Core:
         return self.counts.get(key, lc.PENDING) - self.dispatch.parked_in(key)
 
     def _ring(self, key: QueueKey, n: int) -> None:
-        """``n`` jobs of ``key`` became claimable; counts already include them."""
+        """``n`` jobs of ``key`` became claimable; counts already include them.
+
+        A queue its policy holds back rings nothing: no doorbell for work that
+        cannot be claimed (seed 002 REQ-8); it rings once when it reopens.
+        """
+        if key in self.policies.states and self.policies.deferred_now(key):
+            return
         now = self.claimable(key)
         self.router.ring(key, n, pending=now, edge=now == n)
 
@@ -238,6 +257,9 @@ class Core:
                     self.wake_namespace(key[0])  # a freed slot
 
         tx.after(effect)
+        if source == lc.RUNNING and key in self.policies.states:
+            # After the counts' effect: the reopen check reads the new counts.
+            self.policies.left_running(tx, key)
 
     def remember_running(self, row: sql.Row) -> None:
         """Keep a running job's row in :attr:`running` (within the bounds)."""

@@ -16,6 +16,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from actors.policy import STATUSES
+
 if TYPE_CHECKING:
     from daemon.core import Core
 
@@ -51,6 +53,8 @@ class Metrics:
         #: (``daemon.metrics_max_queues``).
         self.budget_label = QueueLabels(max_queues)
         self.namespace_label = QueueLabels(max_queues)
+        #: Periodic entry names share the same cap.
+        self.periodic_label = QueueLabels(max_queues)
         r = self.registry
         self._enqueued = Counter(
             "sluicegate_jobs_enqueued", "Jobs enqueued.", ["queue"], registry=r
@@ -73,6 +77,24 @@ class Metrics:
         self._shed = Counter(
             "sluicegate_jobs_shed", "Jobs written dead by a quota (on_excess = drop).",
             ["namespace", "limit"], registry=r,
+        )  # fmt: skip
+        self._retention_deleted = Counter(
+            "sluicegate_retention_deleted",
+            "Finished jobs deleted by the retention leader, by reason "
+            "(ttl_completed, ttl_dead, max_archived_rows, max_dead_rows).",
+            ["namespace", "reason"], registry=r,
+        )  # fmt: skip
+        self._charged = Counter(
+            "sluicegate_admission_charged", "Claims charged to queue policy windows.",
+            ["queue"], registry=r,
+        )  # fmt: skip
+        self._admission_refusals = Counter(
+            "sluicegate_admission_refusals", "Claims a queue policy refused, by reason.",
+            ["queue", "reason"], registry=r,
+        )  # fmt: skip
+        self._periodic_fires = Counter(
+            "sluicegate_periodic_fires", "Periodic fires by entry and outcome.",
+            ["name", "result"], registry=r,
         )  # fmt: skip
         self._claim_wait = Histogram(
             "sluicegate_claim_wait_seconds",
@@ -111,6 +133,14 @@ class Metrics:
         """A claim debited ``cost`` tokens from ``budget``."""
         self._child(self.budget_debits, budget, self.budget_label).inc(cost)
 
+    def admission_charged(self, queue: str, n: int) -> None:
+        """``n`` claims of ``queue`` were charged to its policy's window."""
+        self._child(self._charged, queue).inc(n)
+
+    def admission_refused(self, queue: str, reason: str) -> None:
+        """A claim on ``queue`` was refused by its admission policy for ``reason``."""
+        self._admission_refusals.labels(self.label(queue), reason).inc()
+
     def quota_refused(self, namespace: str, code: str) -> None:
         """A quota refused an enqueue with ``code`` (queue_full, rate_limited, ...)."""
         self._quota_refusals.labels(self.namespace_label(namespace), code).inc()
@@ -118,6 +148,14 @@ class Metrics:
     def quota_shed(self, namespace: str, limit: str, n: int) -> None:
         """``n`` jobs were shed by ``limit`` (max_pending or enqueue_rate)."""
         self._shed.labels(self.namespace_label(namespace), limit).inc(n)
+
+    def retention_deleted(self, namespace: str, reason: str, n: int) -> None:
+        """The retention leader deleted ``n`` rows of ``namespace`` for ``reason``."""
+        self._retention_deleted.labels(self.namespace_label(namespace), reason).inc(n)
+
+    def periodic_fired(self, name: str, result: str) -> None:
+        """Periodic entry ``name`` fired for a slot: ``fired``, ``refused`` or ``duplicate``."""
+        self._periodic_fires.labels(self.periodic_label(name), result).inc()
 
     def enqueued(self, queue: str, state: str, n: int = 1) -> None:
         """``n`` jobs were enqueued (in ``state``: dead when shed)."""
@@ -163,6 +201,44 @@ class _Gauges(Collector):
         self._label = label
         self._budget_label = budget_label
         self._namespace_label = namespace_label
+
+    def _policies(self) -> Iterator[GaugeMetricFamily]:
+        """Seed 002 REQ-12: every status of every policy queue (zeros included),
+        and jobs held back by reason; a queue whose status cannot be computed
+        is omitted, never reported as zero."""
+        policies = GaugeMetricFamily(
+            "sluicegate_admission_policies", "Policy queues by admission status.",
+            labels=["queue", "status"],
+        )  # fmt: skip
+        deferred = GaugeMetricFamily(
+            "sluicegate_admission_deferred_jobs", "Pending jobs held back by admission.",
+            labels=["queue", "reason"],
+        )  # fmt: skip
+        statuses: dict[tuple[str, str], int] = {}
+        held: dict[tuple[str, str], int] = {}
+        core = self._core
+        for key in list(core.policies.states):
+            try:
+                status = core.policies.status(key)
+            except Exception:
+                continue
+            if status is None:
+                continue
+            label = self._label(key[1])
+            for name in STATUSES:
+                statuses[(label, name)] = statuses.get((label, name), 0) + (status.label == name)
+            if status.reason is not None:
+                slot = (label, status.reason)
+                held[slot] = held.get(slot, 0) + core.counts.get(key, "pending")
+        for (_ns, queue), per_budget in core.dispatch.parked_by_queue.items():
+            slot = (self._label(queue), "budget_exhausted")
+            held[slot] = held.get(slot, 0) + sum(per_budget.values())
+        for (label, name), n in sorted(statuses.items()):
+            policies.add_metric([label, name], n)
+        for (label, reason), n in sorted(held.items()):
+            deferred.add_metric([label, reason], n)
+        yield policies
+        yield deferred
 
     def _namespaces(self) -> Iterator[GaugeMetricFamily]:
         """Pending and running against their caps, for namespaces with a quota."""
@@ -234,6 +310,7 @@ class _Gauges(Collector):
         yield jobs
         yield from self._budgets()
         yield from self._namespaces()
+        yield from self._policies()
         stats = self._core.router.statistics()
         waiting = GaugeMetricFamily("sluicegate_waiting_claims", "Claims waiting for work.")
         waiting.add_metric([], stats.waiters)

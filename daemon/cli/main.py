@@ -18,13 +18,23 @@ import argparse
 import sys
 from types import ModuleType
 
-from daemon.cli import budget, config_check, dead, demo, jobs, status, work
+from daemon.cli import budget, config_check, dead, demo, jobs, periodic, quota, status, work
 from daemon.cli.context import CannotConnect, Context, UsageError, global_options
 from daemon.config import ConfigError
 from daemon.sdk.errors import SluicegateError
 
 #: Command modules, in the order ``sluice --help`` lists them.
-COMMANDS: tuple[ModuleType, ...] = (config_check, status, jobs, dead, budget, work, demo)
+COMMANDS: tuple[ModuleType, ...] = (
+    config_check,
+    status,
+    jobs,
+    dead,
+    budget,
+    quota,
+    periodic,
+    work,
+    demo,
+)
 
 
 def _serve(ctx: Context, _args: argparse.Namespace) -> int:

@@ -170,8 +170,15 @@ _MARK_RUNNING = (
 )
 
 
-def ready(conn: sqlite3.Connection, namespace: str, queues: Sequence[str], limit: int) -> list[Row]:
-    """The first ``limit`` claimable jobs of ``queues``, in claim order.
+def ready(
+    conn: sqlite3.Connection,
+    namespace: str,
+    queues: Sequence[str],
+    limit: int,
+    caps: dict[str, int] | None = None,
+) -> list[Row]:
+    """The first ``limit`` claimable jobs of ``queues``, in claim order, at most
+    ``caps[queue]`` of a queue that has a cap.
 
     Parked jobs are not in the ready index, so however many there are, this
     reads only the rows it returns.
@@ -181,7 +188,7 @@ def ready(conn: sqlite3.Connection, namespace: str, queues: Sequence[str], limit
         statement = _CLAIM_SQL[len(queues)] = _claim_sql(len(queues))
     params: list[Any] = []
     for queue in queues:
-        params += (namespace, queue, limit)
+        params += (namespace, queue, limit if caps is None else min(limit, caps.get(queue, limit)))
     if len(queues) > 1:
         params.append(limit)
     rows = conn.execute(statement, params).fetchall()

@@ -141,10 +141,40 @@ def _v3_parking(db: sqlite_utils.Database) -> None:
     )
 
 
+def _v4_leader(db: sqlite_utils.Database) -> None:
+    # Leader leases: one row per role (``retention``), held by one daemon among
+    # all those sharing the database until ``expires_at`` (wall ms) unless renewed.
+    db["leader"].create(
+        {"role": str, "holder": str, "expires_at": int},
+        pk="role",
+        not_null={"role", "holder", "expires_at"},
+    )
+
+
+def _v5_policies(db: sqlite_utils.Database) -> None:
+    # Queue admission policies (seed 002) and their usage per window: a new
+    # window starts at zero by having no row, so nothing is written at a boundary.
+    db["policies"].create(
+        {
+            "namespace": str, "queue": str, "policy": str, "created_at": int,
+            "updated_at": int, "created_by": str, "updated_by": str, "source": str,
+        },
+        pk=("namespace", "queue"),
+        not_null={"namespace", "queue", "policy", "created_at", "updated_at", "source"},
+    )  # fmt: skip
+    db["policy_usage"].create(
+        {"namespace": str, "queue": str, "window_start": int, "used": int},
+        pk=("namespace", "queue", "window_start"),
+        not_null={"namespace", "queue", "window_start", "used"},
+    )
+
+
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _v1_jobs_settings_audit,
     _v2_budgets,
     _v3_parking,
+    _v4_leader,
+    _v5_policies,
 ]
 
 

@@ -88,13 +88,18 @@ def _new_lease() -> str:
     return secrets.token_hex(8)
 
 
-def _claimed(core: Core, rows: list[sql.Row]) -> dict[str, Any]:
+def _claimed(
+    core: Core, rows: list[sql.Row], headrooms: dict[str, dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The answer of a successful claim: each job with its ``admission`` (a policy's
+    headroom, budgets' tokens left), or ``null`` when nothing limits it."""
     now = core.clock.now_ms()
-    admission = core.dispatch.claimed_admission
-    jobs = [
-        {"job": sql.to_wire(r), "admission": None if r[sql.BUDGETS] is None else admission(r, now)}
-        for r in rows
-    ]
+    jobs = []
+    for row in rows:
+        admission = headrooms.get(row[sql.QUEUE]) if headrooms else None
+        if row[sql.BUDGETS] is not None:
+            admission = {**(admission or {}), **(core.dispatch.claimed_admission(row, now) or {})}
+        jobs.append({"job": sql.to_wire(row), "admission": admission})
     return {"jobs": jobs, "empty": False}
 
 
@@ -109,6 +114,8 @@ def _empty(core: Core, namespace: str, queues: list[str]) -> dict[str, Any]:
     if hold is not None:
         deferred = quotas.held_back(core, namespace, hold, queues)
     listed = {d["queue"] for d in deferred}
+    deferred += core.policies.deferred(namespace, [q for q in queues if q not in listed])
+    listed = {d["queue"] for d in deferred}
     rest = [q for q in queues if q not in listed]
     deferred += core.dispatch.deferred(namespace, rest, core.clock.now_ms())
     return {**EMPTY, "deferred": deferred} if deferred else EMPTY
@@ -116,12 +123,16 @@ def _empty(core: Core, namespace: str, queues: list[str]) -> dict[str, Any]:
 
 def deferred_refusal(job_id: str, queue: str, held: dict[str, Any]) -> Refused:
     """``claim`` of a job admission holds back: ``deferred``, nothing changed."""
+    details = {"queue": queue, "reason": held["reason"],
+               "next_eligible_at": held["next_eligible_at"], "exact": held["exact"]}  # fmt: skip
+    if held.get("budget"):
+        details["budget"] = held["budget"]
     return Refused(
-        "deferred", f"job {job_id!r} is deferred: {held['reason']}"
+        "deferred",
+        f"job {job_id!r} is deferred: {held['reason']}"
         + (f" on budget {held['budget']!r}" if held.get("budget") else ""),
-        queue=queue, reason=held["reason"], next_eligible_at=held["next_eligible_at"],
-        exact=held["exact"], budget=held.get("budget"),
-    )  # fmt: skip
+        **details,
+    )
 
 
 @verb("claim_next", ("consume",), ClaimNextArgs)
@@ -134,6 +145,9 @@ def claim_next(core: Core, call: Call, a: ClaimNextArgs) -> Plan:
     keys = [(namespace, q) for q in queues]
     deadline = core.clock.monotonic() + a.wait_ms / 1000
 
+    #: Each policy queue's headroom after this call's claims (for ``admission``).
+    headrooms: dict[str, dict[str, Any]] = {}
+
     def attempt() -> tuple[Callable[[Tx], list[sql.Row]], list[Waiter]]:
         # A waiter is registered in the same commit that found nothing, so no
         # doorbell can ring unheard between "nothing" and "waiting".
@@ -143,11 +157,22 @@ def claim_next(core: Core, call: Call, a: ClaimNextArgs) -> Plan:
         def write(tx: Tx) -> list[sql.Row]:
             core.catch_up(tx)
             room = quotas.claim_room(core, namespace, a.max)
-            rows = []
-            if room:
-                rows = core.dispatch.claim(tx, namespace, queues, room, _new_lease(), a.lease_ms)
+            rows: list[sql.Row] = []
+            # Policy queues admit what their windows and slots allow; the
+            # others are uncapped (and pay one dictionary lookup each).
+            policies = core.policies
+            caps = policies.rooms(namespace, queues, tx.now_ms) if policies.states else {}
+            open_queues = [q for q in queues if caps.get(q) != 0]
+            for queue in queues:
+                if caps.get(queue) == 0 and core.counts.get((namespace, queue), lc.PENDING):
+                    core.policies.refused((namespace, queue))
+            if room and open_queues:
+                lease, ttl = _new_lease(), a.lease_ms
+                rows = core.dispatch.claim(tx, namespace, open_queues, room, lease, ttl, caps)
                 quotas.claimed(core, tx, namespace, len(rows))
             core.claimed(tx, rows)
+            if caps and rows:  # after the counts' effect: the status check reads them
+                headrooms.update(core.policies.claimed(tx, rows))
             if not rows and may_wait:
                 tx.after(lambda: waiting.append(core.router.register(keys)))
                 if core.dispatch.parks_left <= 0:
@@ -169,7 +194,7 @@ def claim_next(core: Core, call: Call, a: ClaimNextArgs) -> Plan:
             write, waiting = attempt()
             rows = await core.writer.write(write)
             if rows:
-                return _claimed(core, rows)
+                return _claimed(core, rows, headrooms)
             if not waiting:
                 return _empty(core, namespace, queues)
             waiter = waiting[0]
@@ -178,7 +203,7 @@ def claim_next(core: Core, call: Call, a: ClaimNextArgs) -> Plan:
 
     def answer(rows: list[sql.Row]) -> dict[str, Any] | Later:
         if rows:
-            return _claimed(core, rows)
+            return _claimed(core, rows, headrooms)
         if not first_waiting:
             return _empty(core, namespace, queues)
         waiter = first_waiting[0]
@@ -233,8 +258,11 @@ def claim(core: Core, call: Call, a: ClaimArgs) -> Plan:
             raise Refused(
                 "conflict", f"job {a.job_id!r} is {row[sql.STATE]}", job_status=row[sql.STATE]
             )
-        if not quotas.claim_room(core, call.namespace, 1):
-            raise deferred_refusal(a.job_id, row[sql.QUEUE], core.admission(row, tx.now_ms) or {})
+        caps = core.policies.rooms(call.namespace, [row[sql.QUEUE]], tx.now_ms)
+        if not quotas.claim_room(core, call.namespace, 1) or caps.get(row[sql.QUEUE]) == 0:
+            held = core.admission(row, tx.now_ms) or {}
+            core.metrics.admission_refused(row[sql.QUEUE], held.get("reason") or "")
+            raise deferred_refusal(a.job_id, row[sql.QUEUE], held)
         if row[sql.BUDGETS] is not None:
             held = core.dispatch.admission(row, tx.now_ms)
             if row[sql.PARKED_ON] is not None or core.dispatch.debit(tx, row) is not None:
@@ -243,9 +271,12 @@ def claim(core: Core, call: Call, a: ClaimArgs) -> Plan:
         claimed = sql.mark_running(tx.conn, [row], _new_lease(), a.lease_ms, tx.now_ms)
         quotas.claimed(core, tx, call.namespace, 1)
         core.claimed(tx, claimed)
+        if caps:
+            headrooms.update(core.policies.claimed(tx, claimed))
         return claimed[0]
 
-    return Plan(write, lambda row: _claimed(core, [row])["jobs"][0])
+    headrooms: dict[str, dict[str, Any]] = {}
+    return Plan(write, lambda row: _claimed(core, [row], headrooms)["jobs"][0])
 
 
 Change = Callable[[Tx, sql.Row], Any]

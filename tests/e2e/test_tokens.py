@@ -28,9 +28,21 @@ TOKENS_CONFIG = token_tables(
 )  # fmt: skip
 
 
+#: A periodic entry of namespace A (yearly, so it never fires during a test).
+PERIODIC_A = """
+[[periodic]]
+name = "a-yearly"
+namespace = "A"
+queue = "reports"
+type = "report"
+cron = "0 3 1 1 *"
+tz = "America/Los_Angeles"
+"""
+
+
 @pytest.fixture
 def tokens_daemon(make_daemon):
-    return make_daemon(TOKENS_CONFIG)
+    return make_daemon(TOKENS_CONFIG + PERIODIC_A)
 
 
 @pytest.fixture
@@ -249,6 +261,43 @@ def _check_quota_write(verb: str, **args: Any) -> Callable[[World], None]:
     return check
 
 
+def _a_policy(w: World, queue: str = "a-pol") -> dict[str, Any]:
+    """A's policy on ``queue`` (set once), as A sees it."""
+    found = {p["queue"]: p for p in w.a.ok("policy_list")["policies"]}
+    if queue not in found:
+        return w.a.ok("policy_set", queue=queue, max_in_flight=3)["policy"]
+    return found[queue]
+
+
+def _check_policy_hidden(verb: str) -> Callable[[World], None]:
+    def check(w: World) -> None:
+        before = _a_policy(w)
+        err = w.b.error(verb, queue="a-pol")
+        assert (err["code"], err["message"]) == ("not_found", "policy of queue 'a-pol' not found")
+        assert _a_policy(w) == before
+
+    return check
+
+
+def _check_policy_list(w: World) -> None:
+    _a_policy(w)
+    assert w.b.ok("policy_list")["policies"] == []
+    assert w.b.ok("admission_status")["queues"] == []
+
+
+def _check_policy_set(w: World) -> None:
+    before = _a_policy(w, "shared-pol")
+    mine = w.b.ok("policy_set", queue="shared-pol", max_in_flight=9)["policy"]
+    assert mine["max_in_flight"] == 9
+    assert _a_policy(w, "shared-pol") == before  # B's queue of that name is B's own
+
+
+def _check_periodic_list(w: World) -> None:
+    assert [e["name"] for e in w.a.ok("periodic_list")["periodic"]] == ["a-yearly"]
+    assert w.b.ok("periodic_list")["periodic"] == []
+    assert w.b.error("periodic_list", namespace="A")["code"] == "forbidden"
+
+
 #: How each verb is checked for isolation between namespaces. A new verb must
 #: be added here (the test fails until it is): decide how it could leak.
 ISOLATION: dict[str, Callable[[World], None]] = {
@@ -282,6 +331,14 @@ ISOLATION: dict[str, Callable[[World], None]] = {
     "quota_get": _check_quota_get,
     "quota_set": _check_quota_write("quota_set", quota={"max_pending": 1}),
     "quota_clear": _check_quota_write("quota_clear"),
+    # Periodic entries (config file): each namespace sees only its own.
+    "periodic_list": _check_periodic_list,
+    # Queue policies: another namespace's are absent; writes land in the caller's.
+    "policy_get": _check_policy_hidden("policy_get"),
+    "policy_clear": _check_policy_hidden("policy_clear"),
+    "policy_list": _check_policy_list,
+    "admission_status": _check_policy_list,
+    "policy_set": _check_policy_set,
 }
 
 

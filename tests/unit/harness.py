@@ -21,9 +21,16 @@ WALL0 = 1_700_000_000_000
 
 @asynccontextmanager
 async def running_core(
-    tmp_path: Path, *, config: Config | None = None, timers: bool = True, writer: bool = True
+    tmp_path: Path,
+    *,
+    config: Config | None = None,
+    timers: bool = True,
+    writer: bool = True,
+    wall_start_ms: int = WALL0,
 ) -> AsyncIterator[Core]:
-    """A Core on a fresh database whose wall clock starts at :data:`WALL0`.
+    """A Core on a fresh database whose wall clock starts at ``wall_start_ms``
+    (:data:`WALL0` unless a test needs a particular day: virtual time is cheap,
+    but the daemon's 2-second timers still tick through a long jump).
 
     ``timers=False`` runs only the group committer: the delay timer and the
     lease reaper never wake on their own, so a test can show what a claim does
@@ -32,7 +39,7 @@ async def running_core(
     """
     db = open_database(tmp_path / "db.sqlite")
     try:
-        core = Core(config or Config(), db, Clock(wall_start_ms=WALL0))
+        core = Core(config or Config(), db, Clock(wall_start_ms=wall_start_ms))
         async with trio.open_nursery() as nursery:
             if timers:
                 await nursery.start(core.run)

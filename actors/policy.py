@@ -1,0 +1,212 @@
+"""Queue admission policies (seed 002): the model and one queue's admission state.
+
+A policy caps a queue (a ``(namespace, queue)``) by jobs in flight
+(``max_in_flight``) and by claims per calendar window
+(``max_claims_per_window`` over a :class:`~actors.window.Window`). Zero pauses.
+A queue without a policy pays one dictionary lookup and nothing else.
+
+:class:`PolicyState` holds a policy with its live numbers: claims charged to
+the current window, and the in-flight and charge changes of transactions not
+yet committed, so two claims in one group transaction cannot both take the
+last unit. Decisions are synchronous; every change returns its inverse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from actors.errors import invalid
+from actors.window import Window, bounds, parse_window
+
+MAX_IN_FLIGHT = 10_000
+MAX_CLAIMS = 1_000_000
+Undo = Callable[[], None]
+
+#: Statuses of a policy queue (metrics and ``admission_status``), admitted first.
+STATUSES = ("admitted", "window_exhausted", "in_flight_full", "paused", "admission_unavailable")
+
+
+@attrs.frozen
+class Policy:
+    """A queue's admission policy (the settings, without live numbers)."""
+
+    max_in_flight: int | None = None
+    max_claims_per_window: int | None = None
+    window: Window | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The policy's fields on the wire."""
+        return {
+            "max_in_flight": self.max_in_flight,
+            "max_claims_per_window": self.max_claims_per_window,
+            "window": None if self.window is None else self.window.to_dict(),
+        }
+
+
+def _limit(field: str, value: Any, top: int) -> int | None:
+    if value is None:
+        return None
+    if type(value) is not int or not 0 <= value <= top:
+        raise invalid(field, f"{field} must be an integer from 0 to {top}, or null")
+    return value
+
+
+def parse_policy(doc: Any) -> Policy:
+    """Decode a policy's fields; ``invalid_argument`` naming the first bad field."""
+    if not isinstance(doc, dict):
+        raise invalid("policy", "a policy is an object")
+    for name in doc:
+        if name not in ("max_in_flight", "max_claims_per_window", "window"):
+            raise invalid(name, f"unknown policy field {name!r}")
+    in_flight = _limit("max_in_flight", doc.get("max_in_flight"), MAX_IN_FLIGHT)
+    claims = _limit("max_claims_per_window", doc.get("max_claims_per_window"), MAX_CLAIMS)
+    window = None if doc.get("window") is None else parse_window(doc["window"])
+    if in_flight is None and claims is None:
+        raise invalid("max_in_flight", "a policy sets max_in_flight or max_claims_per_window")
+    if claims is not None and window is None:
+        raise invalid("window", "max_claims_per_window needs a window")
+    if claims is None and window is not None:
+        raise invalid("window", "a window applies to max_claims_per_window only")
+    return Policy(in_flight, claims, window)
+
+
+@attrs.frozen
+class Status:
+    """Whether a policy queue admits a claim now, and if not why and until when."""
+
+    state: str  # "admitted" | "deferred"
+    reason: str | None = None
+    next_eligible_at: int | None = None
+    exact: bool = False
+
+    @property
+    def label(self) -> str:
+        """One of :data:`STATUSES`."""
+        return self.reason or "admitted"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"state": self.state, "reason": self.reason,
+                "next_eligible_at": self.next_eligible_at, "exact": self.exact}  # fmt: skip
+
+
+ADMITTED = Status("admitted", exact=True)
+
+
+class PolicyState:
+    """One queue's policy and its live numbers."""
+
+    def __init__(self, namespace: str, queue: str) -> None:
+        self.namespace = namespace
+        self.queue = queue
+        self.policy: Policy | None = None
+        #: Why the stored policy cannot be read or evaluated (fail closed).
+        self.broken: str | None = None
+        self.window_start = 0
+        self.window_end = 0
+        #: Claims charged to the window ``[window_start, window_end)``.
+        self.used = 0
+        #: Claims (+) and leavers (-) of transactions not yet committed.
+        self.in_flight_delta = 0
+        #: The last status told to subscribers (a reopening rings once).
+        self.last_label = "admitted"
+        #: The boundary at which an exhausted window reopens (the reopen timer's).
+        self.reopen_at: int | None = None
+        self.created_at = 0
+        self.updated_at = 0
+        self.created_by = ""
+        self.updated_by = ""
+        self.source = "api"
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.queue)
+
+    def roll(self, now_ms: int, stored_usage: Callable[[int], int] | None = None) -> None:
+        """Move to the window containing ``now_ms`` (a new one starts at zero, or
+        at what the store says another daemon charged to it)."""
+        window = self.policy.window if self.policy is not None else None
+        if window is None or self.window_start <= now_ms < self.window_end:
+            return
+        self.window_start, self.window_end = bounds(window, now_ms)
+        self.used = stored_usage(self.window_start) if stored_usage is not None else 0
+
+    def status(self, running: int, now_ms: int, lease_hint: int | None = None) -> Status:
+        """The queue's admission status with ``running`` committed jobs in flight."""
+        if self.broken is not None:
+            return Status("deferred", "admission_unavailable")
+        policy = self.policy
+        if policy is None:
+            return ADMITTED
+        if policy.max_in_flight == 0 or policy.max_claims_per_window == 0:
+            return Status("deferred", "paused")
+        if policy.max_claims_per_window is not None:
+            self.roll(now_ms)
+            if self.used >= policy.max_claims_per_window:
+                return Status("deferred", "window_exhausted", self.window_end, True)
+        in_flight = running + self.in_flight_delta
+        if policy.max_in_flight is not None and in_flight >= policy.max_in_flight:
+            return Status("deferred", "in_flight_full", lease_hint, False)
+        return ADMITTED
+
+    def room(self, running: int, now_ms: int) -> int | None:
+        """How many claims the queue admits now (None: no limit). 0 when deferred."""
+        if self.broken is not None:
+            return 0
+        policy = self.policy
+        if policy is None:
+            return None
+        room: int | None = None
+        if policy.max_claims_per_window is not None:
+            self.roll(now_ms)
+            room = max(0, policy.max_claims_per_window - self.used)
+        if policy.max_in_flight is not None:
+            left = max(0, policy.max_in_flight - running - self.in_flight_delta)
+            room = left if room is None else min(room, left)
+        return room
+
+    def charge(self, n: int) -> Undo:
+        """``n`` claims of this transaction: charged to the window, in flight."""
+        charged = n if self.policy is not None and self.policy.max_claims_per_window else 0
+        self.used += charged
+        self.in_flight_delta += n
+        start = self.window_start
+
+        def undo() -> None:
+            if self.window_start == start:
+                self.used -= charged
+            self.in_flight_delta -= n
+
+        return undo
+
+    def left_running(self, n: int = 1) -> Undo:
+        """``n`` jobs of this transaction left ``running`` (a reaped lease, a completion)."""
+        self.in_flight_delta -= n
+
+        def undo() -> None:
+            self.in_flight_delta += n
+
+        return undo
+
+    def committed(self, n: int) -> None:
+        """A change of ``n`` in flight committed: the daemon's counts hold it now."""
+        self.in_flight_delta -= n
+
+    def headroom(self, running: int) -> dict[str, Any]:
+        """``admission`` on a successful claim (seed 002 REQ-7); ``used`` and
+        ``in_flight`` count this claim."""
+        policy = self.policy
+        assert policy is not None
+        windowed = policy.max_claims_per_window is not None
+        return {
+            "max_in_flight": policy.max_in_flight,
+            "in_flight": running + self.in_flight_delta,
+            "max_claims_per_window": policy.max_claims_per_window,
+            "used": self.used if windowed else None,
+            "remaining": max(0, (policy.max_claims_per_window or 0) - self.used)
+            if windowed
+            else None,
+            "window_resets_at": self.window_end if windowed else None,
+        }

@@ -1,0 +1,286 @@
+"""Queue admission policies in the daemon: the registry, the claim's check and
+charge, the reopen timer, and what is said about held-back work.
+
+Each queue with a policy has a :class:`~actors.policy.PolicyState`. A claim
+asks :meth:`Policies.rooms` how many jobs each of its queues admits, claims at
+most that many, and charges them (:meth:`Policies.claimed`) in the same
+transaction: memory at once (undone on rollback), the window's usage row in
+the store. A queue without a policy costs one dictionary lookup.
+
+A deferred queue rings no doorbell. When it is admitted again (a window
+boundary, a freed slot, a raised or removed policy) it rings once, with edge,
+so each subscriber hears one doorbell and waiting claims are served. The
+reopen timer sleeps to the next boundary of an exhausted window.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from actors import lifecycle as lc
+from actors.budget import TokenPool
+from actors.due import DueActor
+from actors.errors import Refused
+from actors.policy import Policy, PolicyState, Status, parse_policy
+from daemon.store import audit
+from daemon.store import jobs as sql
+from daemon.store import policies as policy_sql
+from daemon.store.database import Tx
+
+if TYPE_CHECKING:
+    from daemon.core import Core
+
+log = logging.getLogger("sluicegate.policies")
+QueueKey = tuple[str, str]
+
+
+class Policies:
+    """Every queue policy of the daemon."""
+
+    def __init__(self, core: Core) -> None:
+        self._core = core
+        self.states: dict[QueueKey, PolicyState] = {}
+        self.reopener = DueActor(core.clock, _Reopen(self))
+        #: Policy writes per (namespace, token): a token bucket each.
+        self.write_limits: dict[tuple[str, str], TokenPool] = {}
+
+    # -- loading and writing ------------------------------------------------------
+
+    def load(self) -> None:
+        """Read every stored policy (start-up); a bad one fails its queue closed."""
+        conn, now = self._core.conn, self._core.clock.now_ms()
+        self.states = {}
+        for row in policy_sql.all_policies(conn):
+            namespace, queue, text, created, updated, created_by, updated_by, source = row
+            state = PolicyState(namespace, queue)
+            state.created_at, state.updated_at = created, updated
+            state.created_by, state.updated_by, state.source = created_by, updated_by, source
+            try:
+                state.policy = parse_policy(orjson.loads(text))
+                state.roll(now, lambda start, ns=namespace, q=queue: policy_sql.usage(
+                    conn, ns, q, start))  # fmt: skip
+            except (Refused, ValueError) as exc:
+                state.broken = exc.message if isinstance(exc, Refused) else str(exc)
+                log.error("policy of queue %r/%r cannot be evaluated, failing closed: %s",
+                          namespace, queue, state.broken)  # fmt: skip
+            self.states[(namespace, queue)] = state
+
+    def get(self, namespace: str, queue: str) -> PolicyState | None:
+        """The policy state of a queue, or None (the one lookup a plain queue pays)."""
+        return self.states.get((namespace, queue))
+
+    def put(self, tx: Tx, namespace: str, queue: str, policy: Policy, actor: str,
+            source: str = "api") -> PolicyState:  # fmt: skip
+        """Create or replace a queue's policy in ``tx``, audited; in force at once.
+
+        A changed window starts counting in the window the new definition puts
+        now in (its stored usage, usually none).
+        """
+        key = (namespace, queue)
+        old = self.states.get(key)
+        before = None if old is None else self.describe_policy(old)
+        state = PolicyState(namespace, queue)
+        state.policy = policy
+        state.created_at = old.created_at if old is not None else tx.now_ms
+        state.created_by = old.created_by if old is not None else actor
+        state.updated_at, state.updated_by, state.source = tx.now_ms, actor, source
+        if old is not None and old.policy is not None and old.policy.window == policy.window:
+            state.window_start, state.window_end, state.used = (
+                old.window_start, old.window_end, old.used)  # fmt: skip
+        state.in_flight_delta = old.in_flight_delta if old is not None else 0
+        state.last_label = old.last_label if old is not None else "admitted"
+        conn = tx.conn
+        state.roll(tx.now_ms, lambda start: policy_sql.usage(conn, namespace, queue, start))
+        policy_sql.save(conn, (namespace, queue, orjson.dumps(policy.to_dict()).decode(),
+                               state.created_at, state.updated_at, state.created_by,
+                               state.updated_by, source))  # fmt: skip
+        audit.record(
+            conn, at=tx.now_ms, actor=actor, namespace=namespace, target_kind="queue",
+            target=queue, action="set_policy", before=before, after=self.describe_policy(state),
+        )  # fmt: skip
+        self.states[key] = state
+        tx.undo(lambda: self._restore(key, old))
+        tx.after(lambda: self.refresh(key))
+        return state
+
+    def clear(self, tx: Tx, namespace: str, queue: str, actor: str) -> None:
+        """Remove a queue's policy in ``tx``, audited; the queue is admitted at once."""
+        key = (namespace, queue)
+        old = self.states.pop(key)
+        policy_sql.delete(tx.conn, namespace, queue)
+        audit.record(
+            tx.conn, at=tx.now_ms, actor=actor, namespace=namespace, target_kind="queue",
+            target=queue, action="clear_policy", before=self.describe_policy(old), after=None,
+        )  # fmt: skip
+        tx.undo(lambda: self._restore(key, old))
+        tx.after(lambda: self._reopened(key, old.last_label))
+
+    def _restore(self, key: QueueKey, old: PolicyState | None) -> None:
+        if old is None:
+            self.states.pop(key, None)
+        else:
+            self.states[key] = old
+
+    @staticmethod
+    def describe_policy(state: PolicyState) -> dict[str, Any] | None:
+        """The policy object of the wire (its fields and audit fields)."""
+        if state.policy is None:
+            return None
+        return {
+            "queue": state.queue, **state.policy.to_dict(),
+            "created_at": state.created_at, "updated_at": state.updated_at,
+            "created_by": state.created_by, "updated_by": state.updated_by,
+            "source": state.source,
+        }  # fmt: skip
+
+    # -- the claim ----------------------------------------------------------------
+
+    def running(self, key: QueueKey) -> int:
+        """Committed jobs in flight in a queue (a lapsed, unreaped lease included)."""
+        return self._core.counts.get(key, lc.RUNNING)
+
+    def rooms(self, namespace: str, queues: Iterable[str], now_ms: int) -> dict[str, int]:
+        """How many claims each policy queue of ``queues`` admits now (only those
+        with a policy appear; 0 when deferred)."""
+        out = {}
+        for queue in queues:
+            state = self.states.get((namespace, queue))
+            if state is not None:
+                room = state.room(self.running(state.key), now_ms)
+                if room is not None:
+                    out[queue] = room
+        return out
+
+    def claimed(self, tx: Tx, rows: list[sql.Row]) -> dict[str, dict[str, Any]]:
+        """Charge the claims of ``rows`` (one transaction) to their queues' windows;
+        returns each policy queue's headroom after them."""
+        per_queue: dict[QueueKey, int] = {}
+        for row in rows:
+            key = (row[sql.NAMESPACE], row[sql.QUEUE])
+            if key in self.states:
+                per_queue[key] = per_queue.get(key, 0) + 1
+        headroom = {}
+        for key, n in per_queue.items():
+            state = self.states[key]
+            state.roll(tx.now_ms)
+            tx.undo(state.charge(n))
+            if state.policy is not None and state.policy.max_claims_per_window is not None:
+                policy_sql.charge(tx.conn, key[0], key[1], state.window_start, n)
+            headroom[key[1]] = state.headroom(self.running(key))
+            tx.after(lambda s=state, n=n: self._settled(s, n))
+        return headroom
+
+    def refused(self, key: QueueKey) -> None:
+        """A claim found the policy queue ``key`` deferred with pending work (metrics)."""
+        status = self.status(key)
+        if status is not None and status.reason is not None:
+            self._core.metrics.admission_refused(key[1], status.reason)
+
+    def _settled(self, state: PolicyState, n: int) -> None:
+        state.committed(n)
+        self._core.metrics.admission_charged(state.queue, n)
+        self.refresh(state.key)
+
+    def left_running(self, tx: Tx, key: QueueKey) -> None:
+        """A job of ``key`` left ``running`` in ``tx`` (completion, failure, release,
+        a reaped lease): its slot is free for the rest of the transaction."""
+        state = self.states.get(key)
+        if state is None:
+            return
+        tx.undo(state.left_running())
+        tx.after(lambda: (state.committed(-1), self.refresh(key)))
+
+    # -- status, doorbells, reopening ------------------------------------------------
+
+    def status(self, key: QueueKey, now_ms: int | None = None) -> Status | None:
+        """A policy queue's admission status now (None without a policy)."""
+        state = self.states.get(key)
+        if state is None:
+            return None
+        now = self._core.clock.now_ms() if now_ms is None else now_ms
+        return state.status(self.running(key), now, self._lease_hint(key))
+
+    def deferred_now(self, key: QueueKey) -> bool:
+        """True when the queue has a policy that admits no claim now."""
+        status = self.status(key)
+        return status is not None and status.state == "deferred"
+
+    def _lease_hint(self, key: QueueKey) -> int | None:
+        """The earliest lease expiry of the queue's running jobs (a hint: in_flight_full)."""
+        expiries = [
+            row[sql.LEASE_EXPIRES_AT] for row in self._core.running.values()
+            if row[sql.QUEUE] == key[1] and row[sql.NAMESPACE] == key[0]
+        ]  # fmt: skip
+        return min(expiries, default=None)
+
+    def refresh(self, key: QueueKey) -> None:
+        """After a commit: note the queue's status; ring once if it was reopened."""
+        state = self.states.get(key)
+        if state is None:
+            return
+        was = state.last_label
+        status = self.status(key)
+        assert status is not None
+        state.last_label = status.label
+        if status.reason == "window_exhausted" and status.next_eligible_at is not None:
+            # Kept until a refresh at or after the boundary sees it reopen.
+            state.reopen_at = status.next_eligible_at
+            self.reopener.note(status.next_eligible_at)
+        else:
+            state.reopen_at = None
+        if was != "admitted" and status.state == "admitted":
+            self._ring_reopened(key)
+
+    def _reopened(self, key: QueueKey, was: str) -> None:
+        if was != "admitted":
+            self._ring_reopened(key)
+
+    def _ring_reopened(self, key: QueueKey) -> None:
+        core = self._core
+        n = core.claimable(key)
+        if n > 0:
+            core.router.ring(key, n, pending=n, edge=True)
+
+    def earliest(self) -> int | None:
+        """The next boundary of an exhausted window (the reopen timer's target); it
+        stays due until :meth:`reopen_due` has rung for it."""
+        due = [s.reopen_at for s in self.states.values() if s.reopen_at is not None]
+        return min(due, default=None)
+
+    def reopen_due(self) -> None:
+        """A boundary passed: every queue whose new window admits rings once."""
+        now = self._core.clock.now_ms()
+        for key, state in list(self.states.items()):
+            if state.reopen_at is not None and state.reopen_at <= now:
+                self.refresh(key)
+
+    def deferred(self, namespace: str, queues: Iterable[str]) -> list[dict[str, Any]]:
+        """``claim_next``'s ``deferred`` entries for policy queues holding pending jobs."""
+        out = []
+        for queue in queues:
+            key = (namespace, queue)
+            status = self.status(key)
+            if status is None or status.state != "deferred":
+                continue
+            pending = self._core.counts.get(key, lc.PENDING)
+            if pending > 0:
+                out.append({"queue": queue, "pending": pending, **status.to_dict()})
+                del out[-1]["state"]
+        return out
+
+
+class _Reopen:
+    """The reopen timer's view: the next boundary, and what to do at it."""
+
+    def __init__(self, policies: Policies) -> None:
+        self._policies = policies
+
+    def earliest(self) -> int | None:
+        return self._policies.earliest()
+
+    async def run_due(self, now_ms: int) -> None:
+        self._policies.reopen_due()

@@ -1,0 +1,43 @@
+"""Named SQL for queue admission policies and their window usage."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+_COLS = "namespace, queue, policy, created_at, updated_at, created_by, updated_by, source"
+
+Row = tuple[Any, ...]
+
+
+def all_policies(conn: sqlite3.Connection) -> list[Row]:
+    """Every stored policy row (``policy`` is the JSON text of its fields)."""
+    return conn.execute(f"SELECT {_COLS} FROM policies ORDER BY namespace, queue").fetchall()
+
+
+def save(conn: sqlite3.Connection, row: Row) -> None:
+    """Insert or replace one policy row (in :data:`_COLS` order)."""
+    conn.execute(f"INSERT OR REPLACE INTO policies ({_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row)
+
+
+def delete(conn: sqlite3.Connection, namespace: str, queue: str) -> None:
+    """Remove one policy (its usage rows stay: harmless, and a history)."""
+    conn.execute("DELETE FROM policies WHERE namespace = ? AND queue = ?", (namespace, queue))
+
+
+def usage(conn: sqlite3.Connection, namespace: str, queue: str, window_start: int) -> int:
+    """Claims charged to one window (0 when none was)."""
+    row = conn.execute(
+        "SELECT used FROM policy_usage WHERE namespace = ? AND queue = ? AND window_start = ?",
+        (namespace, queue, window_start),
+    ).fetchone()
+    return 0 if row is None else row[0]
+
+
+def charge(conn: sqlite3.Connection, namespace: str, queue: str, window_start: int, n: int) -> None:
+    """Charge ``n`` claims to a window, in the claim's transaction."""
+    conn.execute(
+        "INSERT INTO policy_usage (namespace, queue, window_start, used) VALUES (?, ?, ?, ?) "
+        "ON CONFLICT (namespace, queue, window_start) DO UPDATE SET used = used + excluded.used",
+        (namespace, queue, window_start, n),
+    )
