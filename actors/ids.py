@@ -19,6 +19,8 @@ class IdMint:
     def __init__(self) -> None:
         self._last_ms = -1
         self._last_rand = 0
+        self._high = -1
+        self._prefix = ""
 
     def mint(self, now_ms: int) -> str:
         """A new id for an instant ``now_ms``; never repeats, never goes backwards."""
@@ -32,7 +34,19 @@ class IdMint:
             # Leave headroom so increments within the millisecond cannot overflow.
             rand = secrets.randbits(_RANDOM_BITS - 1)
         self._last_ms, self._last_rand = now_ms, rand
-        return _encode((now_ms << _RANDOM_BITS) | rand)
+        value = (now_ms << _RANDOM_BITS) | rand
+        # Ids of one millisecond share their first 16 characters (the top 80
+        # bits): those are encoded once, and each id encodes only its last 10.
+        high = value >> _LOW_BITS
+        if high != self._high:
+            self._high = high
+            self._prefix = "".join([_PAIRS[(high >> shift) & 1023] for shift in _HIGH_SHIFTS])
+        low = (value & _LOW_MASK) << 2
+        pairs = _PAIRS
+        return (
+            self._prefix + pairs[low >> 40] + pairs[(low >> 30) & 1023]
+            + pairs[(low >> 20) & 1023] + pairs[(low >> 10) & 1023] + pairs[low & 1023]
+        )  # fmt: skip
 
 
 def first_id(at_ms: int) -> str:
@@ -46,6 +60,9 @@ def first_id(at_ms: int) -> str:
 # is in ASCII order, so the text sorts like the number.
 _PAIRS = [a + b for a in _ALPHABET for b in _ALPHABET]
 _SHIFTS = tuple(range(120, -1, -10))
+_LOW_BITS = 48  # the last 5 pairs: the low 48 bits and the 2 padding bits
+_LOW_MASK = (1 << _LOW_BITS) - 1
+_HIGH_SHIFTS = tuple(range(70, -1, -10))  # the first 8 pairs: the top 80 bits
 
 
 def _encode(value: int) -> str:

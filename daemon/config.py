@@ -21,6 +21,7 @@ import cattrs
 from actors.budget import BudgetSpec, Strategy
 from actors.errors import Refused
 from actors.periodic import Schedule, ScheduleError, parse_schedule
+from actors.policy import Policy, parse_policy
 from actors.quota import Quota, parse_quota
 from daemon.durations import format_duration_ms, parse_duration_ms
 from daemon.strict import strict_converter
@@ -187,6 +188,12 @@ class Config:
     quota_tables: dict[str, tuple[Quota | None, Any]] = attrs.field(factory=dict)
     #: Why some ``[quotas.<ns>]`` tables do not decode (``config check`` fails).
     quota_problems: tuple[str, ...] = ()
+    #: ``policies`` decoded: (namespace, queue) -> (policy, or None when the
+    #: table does not decode, and the raw table). A bad table fails its queue
+    #: closed (``admission_unavailable``), as a bad quota table does its namespace.
+    policy_tables: dict[tuple[str, str], tuple[Policy | None, Any]] = attrs.field(factory=dict)
+    #: Why some ``[policies.<ns>.<queue>]`` tables do not decode (``config check`` fails).
+    policy_problems: tuple[str, ...] = ()
     #: Where this config came from ("<defaults>" when no file).
     source: str = "<defaults>"
     warnings: tuple[str, ...] = ()
@@ -255,9 +262,11 @@ def parse_config(data: dict[str, Any], source: str) -> Config:
     if problems:
         raise ConfigError(source, problems)
     tables, quota_problems = _quota_tables(config.quotas)
+    policy_tables, policy_problems = _policy_tables(config.policies)
     return attrs.evolve(
         config, source=source, warnings=tuple(warnings), budget_specs=specs,
         quota_tables=tables, quota_problems=tuple(quota_problems),
+        policy_tables=policy_tables, policy_problems=tuple(policy_problems),
     )  # fmt: skip
 
 
@@ -276,6 +285,41 @@ def _quota_tables(raw: dict[str, Any]) -> tuple[dict[str, tuple[Quota | None, An
             where = f"quotas.{namespace}" + (f".{field}" if field and field != "quota" else "")
             problems.append(f"{where}: {exc.message} (the namespace fails closed)")
             tables[namespace] = (None, table)
+    return tables, problems
+
+
+def _policy_tables(
+    raw: dict[str, Any],
+) -> tuple[dict[tuple[str, str], tuple[Policy | None, Any]], list[str]]:
+    """Decode ``[policies.<namespace>.<queue>]`` tables with the API's own decoder.
+
+    A table that does not decode is kept raw: provisioning stores it as it is,
+    so its queue fails closed (seed 002 REQ-9) exactly as a bad stored policy
+    does, and no other queue is affected. What is not a policy table at all (a
+    bad namespace or queue name, a value that is not a table) is listed and
+    skipped. Problems name ``policies.<ns>.<queue>.<field>``.
+    """
+    tables: dict[tuple[str, str], tuple[Policy | None, Any]] = {}
+    problems: list[str] = []
+    for namespace, queues in raw.items():
+        if not NAME_RE.match(namespace) or not isinstance(queues, dict):
+            problems.append(f"policies.{namespace}: expected [policies.<namespace>.<queue>] tables")
+            continue
+        for queue, table in queues.items():
+            where = f"policies.{namespace}.{queue}"
+            if not NAME_RE.match(queue) or not isinstance(table, dict):
+                problems.append(
+                    f"{where}: expected a [policies.<namespace>.<queue>] table "
+                    "(a queue name is 1-128 characters of [A-Za-z0-9._:-])"
+                )
+                continue
+            try:
+                tables[(namespace, queue)] = (parse_policy(table), table)
+            except Refused as exc:
+                field = exc.details.get("field", "")
+                at = f"{where}.{field}" if field and field != "policy" else where
+                problems.append(f"{at}: {exc.message} (the queue fails closed)")
+                tables[(namespace, queue)] = (None, table)
     return tables, problems
 
 

@@ -280,12 +280,15 @@ class Core:
         earliest = min(r[sql.LEASE_EXPIRES_AT] for r in rows)
 
         def effect() -> None:
+            waits: dict[QueueKey, list[float]] = {}
             for row in rows:
                 self.remember_running(row)
                 key = (row[sql.NAMESPACE], row[sql.QUEUE])
-                self.counts.move(key, lc.PENDING, lc.RUNNING)
-                self.metrics.moved(key[1], lc.PENDING, lc.RUNNING)
-                self.metrics.claim_wait(key[1], max(0, now - row[sql.READY_AT]) / 1000)
+                waits.setdefault(key, []).append(max(0, now - row[sql.READY_AT]) / 1000)
+            for key, seconds in waits.items():  # counted once per queue, not per job
+                self.counts.move(key, lc.PENDING, lc.RUNNING, len(seconds))
+                self.metrics.moved(key[1], lc.PENDING, lc.RUNNING, len(seconds))
+                self.metrics.claim_waits(key[1], seconds)
             self.reaper.note(earliest)
 
         tx.after(effect)

@@ -2,7 +2,9 @@
 
 Routes (PROTOCOL.md, HTTP transport): ``POST /v1/ops/<verb>`` for every verb,
 the REST faces ``POST /jobs``, ``GET /jobs/{id}``, ``GET /jobs``, and
-``GET /healthz``, ``GET /metrics``, ``GET /`` (the board). Bodies and answers
+``GET /healthz``, ``GET /metrics``, ``GET /`` (the board), budgets, the quota,
+and queue admission policies (``GET /api/v1/admission``, ``GET|PUT|DELETE
+/api/v1/admission/{queue}``, PUT bodies at most 16 KiB). Bodies and answers
 are JSON or msgpack by ``Content-Type``/``Accept``. A refusal answers its
 status with ``{"error": message, "code": code, ...details}`` and, for a 429,
 a ``Retry-After`` header.
@@ -32,6 +34,9 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 MAX_BODY = 1_048_576
+#: ``PUT /api/v1/admission/{queue}`` bodies (seed 002, Security: 16 KiB).
+MAX_POLICY_BODY = 16 * 1024
+ADMISSION = "/api/v1/admission"
 #: Budget routes (seed 003): method -> (verb, success status).
 _BUDGET_VERBS = {
     "GET": ("budget_get", 200),
@@ -129,8 +134,15 @@ class HttpApp:
                                       headers)  # fmt: skip
         if path == "/api/v1/quota" and method in ("GET", "PUT", "DELETE"):
             return await self._quota(session, method, query, receive, headers)
-        known = path in ("/jobs", "/healthz", "/metrics", "/", "/budgets", "/api/v1/quota")
-        if known or path.startswith(("/jobs/", "/v1/ops/", "/budgets/")):
+        if path == ADMISSION and method == "GET":
+            scoped = {"namespace": query["namespace"]} if "namespace" in query else {}
+            return Reply(200, await self._call(session, "policy_list", scoped))
+        if path.startswith(ADMISSION + "/") and method in ("GET", "PUT", "DELETE"):
+            return await self._admission(session, method, path[len(ADMISSION) + 1 :], query,
+                                         receive, headers)  # fmt: skip
+        known = path in ("/jobs", "/healthz", "/metrics", "/", "/budgets", "/api/v1/quota",
+                         ADMISSION)  # fmt: skip
+        if known or path.startswith(("/jobs/", "/v1/ops/", "/budgets/", ADMISSION + "/")):
             return Reply(405, {"error": f"method {method} not allowed", "code": "invalid_argument"})
         return Reply(404, {"error": f"no route {path}", "code": "not_found"})
 
@@ -158,6 +170,30 @@ class HttpApp:
             return Reply(204)
         body = await _read_body(receive, headers)
         return Reply(200, await self._call(session, "quota_set", {**args, "quota": body}))
+
+    async def _admission(self, session: Session, method: str, queue: str,
+                         query: dict[str, str], receive: Receive,
+                         headers: dict[str, str]) -> Reply:  # fmt: skip
+        """``GET|PUT|DELETE /api/v1/admission/{queue}``: ``{"policy"}``, 204 on delete.
+
+        The PUT body is the policy's fields, read only up to
+        :data:`MAX_POLICY_BODY`; a queue the caller may not manage is 404, the
+        same as one without a policy.
+        """
+        args: dict[str, Any] = {"namespace": query["namespace"]} if "namespace" in query else {}
+        args["queue"] = queue
+        if method == "GET":
+            return Reply(200, await self._call(session, "policy_get", args))
+        if method == "DELETE":
+            await self._call(session, "policy_clear", args)
+            return Reply(204)
+        body = await _read_body(receive, headers, MAX_POLICY_BODY)
+        if not isinstance(body, dict):
+            raise Refused("bad_frame", "the body must be a JSON object")
+        if body.get("queue", queue) != queue or "namespace" in body:
+            field = "namespace" if "namespace" in body else "queue"
+            raise invalid(field, f"the route names the {field}; the body holds the policy's fields")
+        return Reply(200, await self._call(session, "policy_set", {**body, **args}))
 
     def _session(self, headers: dict[str, str]) -> Session:
         auth = self.core.auth
@@ -246,9 +282,9 @@ def _int_param(name: str, value: str) -> int:
         raise invalid(name, f"{name} must be an integer") from None
 
 
-def _too_large() -> Refused:
-    return Refused("payload_too_large", f"body exceeds {MAX_BODY} bytes", limit="body",
-                   max=MAX_BODY)  # fmt: skip
+def _too_large(limit: int = MAX_BODY) -> Refused:
+    return Refused("payload_too_large", f"body exceeds {limit} bytes", limit="body",
+                   max=limit)  # fmt: skip
 
 
 async def _discard_body(receive: Receive, size: int, more: bool) -> None:
@@ -266,12 +302,14 @@ async def _discard_body(receive: Receive, size: int, more: bool) -> None:
         more = bool(message.get("more_body"))
 
 
-async def _read_body(receive: Receive, headers: dict[str, str]) -> Any:
+async def _read_body(receive: Receive, headers: dict[str, str], limit: int = MAX_BODY) -> Any:
+    """The request body, decoded; ``payload_too_large`` past ``limit`` bytes, as soon
+    as ``content-length`` or the bytes received so far show it (never read whole)."""
     length = headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > MAX_BODY:
+    if length is not None and length.isdigit() and int(length) > limit:
         if int(length) <= MAX_DISCARD:
             await _discard_body(receive, 0, True)
-        raise _too_large()
+        raise _too_large(limit)
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -280,9 +318,9 @@ async def _read_body(receive: Receive, headers: dict[str, str]) -> Any:
             raise Refused("bad_frame", "the client went away")
         chunk = message.get("body", b"")
         size += len(chunk)
-        if size > MAX_BODY:
+        if size > limit:
             await _discard_body(receive, size, bool(message.get("more_body")))
-            raise _too_large()
+            raise _too_large(limit)
         chunks.append(chunk)
         if not message.get("more_body"):
             break

@@ -124,13 +124,17 @@ class Daemon:
                     self.stop()
 
     async def _provision(self) -> None:
-        """Make the config file's provisioned budgets and quotas true in the store."""
+        """Make the config file's provisioned budgets, quotas and queue policies true
+        in the store."""
+        from daemon import policy_provision
+
         core = self.core
         if core is None:
             return
         for what, write in (
             ("budgets", provision(core, self.config.budget_specs)),
             ("quotas", quotas.provision(core)),
+            ("policies", policy_provision.provision(core)),
         ):
             try:
                 await core.writer.write(write)
@@ -140,6 +144,9 @@ class Daemon:
                 core.problems.append(f"provisioning {what} failed: {exc.message}")
         for problem in self.config.quota_problems:
             log.error("%s: %s", self.config.source, problem)
+        for problem in self.config.policy_problems:  # those queues fail closed
+            log.error("%s: %s", self.config.source, problem)
+            core.problems.append(f"{self.config.source}: {problem}")
         core.watcher.nudge()
 
     def reload(self) -> bool:

@@ -8,6 +8,7 @@ the in-memory counts at scrape time, never by counting rows.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -109,7 +110,7 @@ class Metrics:
             buckets=_LAG_BUCKETS,
             registry=r,
         )
-        self._children: dict[tuple[Counter, str], Any] = {}
+        self._children: dict[tuple[Counter | Histogram, str], Any] = {}
         self.lag_samples: deque[float] = deque(maxlen=100_000)
         self._core: Core | None = None
 
@@ -121,7 +122,9 @@ class Metrics:
             )
         self._core = core
 
-    def _child(self, metric: Counter, queue: str, labels: QueueLabels | None = None) -> Any:
+    def _child(
+        self, metric: Counter | Histogram, queue: str, labels: QueueLabels | None = None
+    ) -> Any:
         # labels() costs a lock and a tuple build per call; cache the children.
         key = (metric, queue)
         child = self._children.get(key)
@@ -191,7 +194,30 @@ class Metrics:
                 "samples": len(ordered)}  # fmt: skip
 
     def claim_wait(self, queue: str, seconds: float) -> None:
-        self._claim_wait.labels(self.label(queue)).observe(seconds)
+        """One claimed job waited ``seconds`` from its ``ready_at``."""
+        self._child(self._claim_wait, queue).observe(seconds)
+
+    def claim_waits(self, queue: str, waits: list[float]) -> None:
+        """Claimed jobs of ``queue`` waited ``waits`` seconds each from their ``ready_at``.
+
+        One lock per bucket touched instead of two per job: ``observe`` costs
+        about 2 µs, and a claim of 100 jobs observes 100 waits.
+        """
+        child = self._child(self._claim_wait, queue)
+        bounds = getattr(child, "_upper_bounds", None)
+        buckets = getattr(child, "_buckets", None)
+        total = getattr(child, "_sum", None)
+        if bounds is None or buckets is None or total is None or len(waits) < 4:
+            for seconds in waits:  # a prometheus-client without those internals
+                child.observe(seconds)
+            return
+        hits = [0] * len(bounds)
+        for seconds in waits:
+            hits[bisect_left(bounds, seconds)] += 1  # the first bound >= seconds
+        total.inc(sum(waits))
+        for i, n in enumerate(hits):
+            if n:
+                buckets[i].inc(n)
 
 
 class _Gauges(Collector):

@@ -36,7 +36,10 @@ class Session:
 
     def in_scope(self, queue: str) -> bool:
         """True if ``queue`` matches one of the session's queue patterns."""
-        return any(p == "*" or p == queue or fnmatchcase(queue, p) for p in self.queues)
+        for pattern in self.queues:  # a loop, not any(genexpr): called once per job
+            if pattern == "*" or pattern == queue or fnmatchcase(queue, pattern):
+                return True
+        return False
 
     def describe(self) -> dict[str, object]:
         """The ``hello`` answer's session fields."""

@@ -44,11 +44,13 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
         return 1
     for warning in config.warnings:
         print(f"{config.source}: warning: {warning}", file=sys.stderr)
-    if config.quota_problems:  # the daemon starts, but these namespaces fail closed
+    # The daemon starts, but these namespaces and queues fail closed.
+    problems = [*config.quota_problems, *config.policy_problems]
+    if problems:
         if ctx.json:
-            emit_json({"ok": False, "file": config.source, "problems": list(config.quota_problems)})
+            emit_json({"ok": False, "file": config.source, "problems": problems})
         else:
-            for problem in config.quota_problems:
+            for problem in problems:
                 print(f"{config.source}: {problem}", file=sys.stderr)
         return 1
     if ctx.json:

@@ -18,7 +18,18 @@ import argparse
 import sys
 from types import ModuleType
 
-from daemon.cli import budget, config_check, dead, demo, jobs, periodic, quota, status, work
+from daemon.cli import (
+    budget,
+    config_check,
+    dead,
+    demo,
+    jobs,
+    periodic,
+    queue,
+    quota,
+    status,
+    work,
+)
 from daemon.cli.context import CannotConnect, Context, UsageError, global_options
 from daemon.config import ConfigError
 from daemon.sdk.errors import SluicegateError
@@ -31,6 +42,7 @@ COMMANDS: tuple[ModuleType, ...] = (
     dead,
     budget,
     quota,
+    queue,
     periodic,
     work,
     demo,

@@ -3,6 +3,7 @@
 from daemon.verbs import (  # noqa: F401
     budgets,
     dead,
+    fast_args,
     periodic,
     policies,
     producing,

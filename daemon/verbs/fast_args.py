@@ -1,0 +1,202 @@
+"""Hand-written argument checks for the hot verbs: ``enqueue``, ``enqueue_many``,
+``claim_next`` and ``complete``.
+
+Structuring with cattrs plus attrs validators costs 3-8 µs per job; these
+checks cost a fraction of that. They only ever *accept*: arguments they cannot
+vouch for in full (a wrong type, a value out of range, an unknown field,
+anything unusual) return None, and :func:`daemon.wire.structure` hands them to
+the converter, which refuses them with the usual field and message. So both
+paths answer alike, and the converter stays the one place that words errors.
+
+Each check is registered only if its class still has exactly the fields it was
+written for; a class that gained or lost a field falls back to the converter
+until its check is updated.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import orjson
+
+from daemon.verbs import producing, working
+from daemon.verbs.producing import EnqueueArgs, EnqueueManyArgs
+from daemon.verbs.working import ClaimNextArgs, CompleteArgs
+from daemon.wire import FAST, NAME_RE
+
+_new = object.__new__
+_set = object.__setattr__
+
+#: Names seen valid (bounded): a set lookup instead of a regex match per job.
+_NAMES: set[str] = set()
+_NAMES_MAX = 4096
+
+
+def _name(value: Any) -> bool:
+    if type(value) is not str:
+        return False
+    if value in _NAMES:
+        return True
+    if not NAME_RE.match(value):
+        return False
+    if len(_NAMES) < _NAMES_MAX:
+        _NAMES.add(value)
+    return True
+
+
+def _int(value: Any, lo: int, hi: int | None = None) -> bool:
+    return type(value) is int and value >= lo and (hi is None or value <= hi)
+
+
+def _opt_int(value: Any, lo: int, hi: int | None = None) -> bool:
+    return value is None or _int(value, lo, hi)
+
+
+def _text(value: Any, max_len: int) -> bool:
+    return type(value) is str and 0 < len(value) <= max_len
+
+
+#: orjson encodes 254 levels; the answer envelope takes 6 (daemon.wire.json_value).
+#: A value nested deeper than 248 levels needs more than 2 * 248 characters.
+_SURELY_SHALLOW = 2 * 248
+
+
+def _json(value: Any) -> bool:
+    """A value every answer can carry (what ``json_value`` accepts), surely."""
+    if value is None or type(value) in (str, int, bool, float):
+        return type(value) is not int or -(2**63) <= value < 2**64
+    try:
+        return len(orjson.dumps(value)) < _SURELY_SHALLOW
+    except TypeError:
+        return False
+
+
+def _fields(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in attrs.fields(cls))
+
+
+_ENQUEUE = ("queue", "type", "payload", "priority", "delay_ms", "ready_at", "max_attempts",
+            "lease_ms", "unique_key", "debounce_ms", "budgets")  # fmt: skip
+_ENQUEUE_KEYS = frozenset(_ENQUEUE)
+
+
+def enqueue_args(args: Any) -> EnqueueArgs | None:
+    """One job of ``enqueue``/``enqueue_many``, if surely valid."""
+    if type(args) is not dict or not args.keys() <= _ENQUEUE_KEYS:
+        return None
+    get = args.get
+    queue, type_ = get("queue"), get("type")
+    if not (_name(queue) and _name(type_)):
+        return None
+    payload = get("payload", {})
+    priority = get("priority", producing.DEFAULT_PRIORITY)
+    delay_ms, ready_at = get("delay_ms"), get("ready_at")
+    max_attempts = get("max_attempts", producing.DEFAULT_MAX_ATTEMPTS)
+    lease_ms, unique_key = get("lease_ms"), get("unique_key")
+    debounce_ms, budgets = get("debounce_ms"), get("budgets")
+    if not (
+        _int(priority, 0, 65535)
+        and _int(max_attempts, 1, 100_000)
+        and _opt_int(delay_ms, 0)
+        and _opt_int(ready_at, 0)
+        and (delay_ms is None or ready_at is None)
+        and _opt_int(lease_ms, 1, 86_400_000)
+        and (unique_key is None or _text(unique_key, 255))
+        and (debounce_ms is None or (unique_key is not None and _int(debounce_ms, 0)))
+        and budgets is None
+        and _json(payload)
+    ):
+        return None
+    made = _new(EnqueueArgs)
+    _set(made, "queue", queue)
+    _set(made, "type", type_)
+    _set(made, "payload", payload)
+    _set(made, "priority", priority)
+    _set(made, "delay_ms", delay_ms)
+    _set(made, "ready_at", ready_at)
+    _set(made, "max_attempts", max_attempts)
+    _set(made, "lease_ms", lease_ms)
+    _set(made, "unique_key", unique_key)
+    _set(made, "debounce_ms", debounce_ms)
+    _set(made, "budgets", None)
+    return made
+
+
+def enqueue_many_args(args: Any) -> EnqueueManyArgs | None:
+    """A whole ``enqueue_many``, if every job of it is surely valid."""
+    if type(args) is not dict or len(args) != 1:
+        return None
+    jobs = args.get("jobs")
+    if type(jobs) is not list or not 1 <= len(jobs) <= producing.MAX_BATCH:
+        return None
+    made_jobs = []
+    for job in jobs:
+        made_job = enqueue_args(job)
+        if made_job is None:
+            return None
+        made_jobs.append(made_job)
+    made = _new(EnqueueManyArgs)
+    _set(made, "jobs", made_jobs)
+    return made
+
+
+_CLAIM_KEYS = frozenset(("queues", "max", "wait_ms", "lease_ms"))
+
+
+def claim_next_args(args: Any) -> ClaimNextArgs | None:
+    """``claim_next``'s arguments, if surely valid."""
+    if type(args) is not dict or not args.keys() <= _CLAIM_KEYS:
+        return None
+    queues = args.get("queues")
+    if type(queues) is not list or not 1 <= len(queues) <= 100:
+        return None
+    for queue in queues:
+        if not _name(queue):
+            return None
+    limit = args.get("max", 1)
+    wait_ms = args.get("wait_ms", 0)
+    lease_ms = args.get("lease_ms")
+    if not (
+        _int(limit, 1, 1000)
+        and _int(wait_ms, 0, working.MAX_WAIT_MS)
+        and _opt_int(lease_ms, 1, 86_400_000)
+    ):
+        return None
+    made = _new(ClaimNextArgs)
+    _set(made, "queues", list(queues))
+    _set(made, "max", limit)
+    _set(made, "wait_ms", wait_ms)
+    _set(made, "lease_ms", lease_ms)
+    return made
+
+
+_COMPLETE_KEYS = frozenset(("job_id", "lease", "result"))
+
+
+def complete_args(args: Any) -> CompleteArgs | None:
+    """``complete``'s arguments, if surely valid."""
+    if type(args) is not dict or not args.keys() <= _COMPLETE_KEYS:
+        return None
+    job_id, lease, result = args.get("job_id"), args.get("lease"), args.get("result")
+    if not (_text(job_id, 64) and _text(lease, 64) and _json(result)):
+        return None
+    made = _new(CompleteArgs)
+    _set(made, "job_id", job_id)
+    _set(made, "lease", lease)
+    _set(made, "result", result)
+    return made
+
+
+def _register() -> None:
+    for cls, names, check in (
+        (EnqueueArgs, _ENQUEUE, enqueue_args),
+        (EnqueueManyArgs, ("jobs",), enqueue_many_args),
+        (ClaimNextArgs, ("queues", "max", "wait_ms", "lease_ms"), claim_next_args),
+        (CompleteArgs, ("job_id", "lease", "result"), complete_args),
+    ):
+        if _fields(cls) == names:
+            FAST[cls] = check
+
+
+_register()

@@ -1,0 +1,103 @@
+"""daemon/verbs/fast_args.py: the hot verbs' hand-written checks agree with the converter.
+
+Whatever the arguments, the fast check either returns exactly what the
+converter makes of them, or declines (None) and leaves the refusal to it.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from actors.errors import Refused
+from daemon.verbs import fast_args
+from daemon.verbs.producing import EnqueueArgs, EnqueueManyArgs
+from daemon.verbs.working import ClaimNextArgs, CompleteArgs
+from daemon.wire import FAST, converter, structure
+
+deep: list = []
+for _ in range(300):
+    deep = [deep]
+
+ODD = st.sampled_from(
+    [None, True, False, 0, 1, -1, 1.5, 65535, 65536, 100_000, 100_001, 86_400_000, 86_400_001,
+     3_600_000, 3_600_001, 2**63, "", "q", "a" * 64, "a" * 65, "a" * 128, "a" * 129, "a" * 256,
+     "bad name", "ok.name:1-2", [], ["q"], [1], {}, {"k": 1}, deep, b"bytes"]
+)  # fmt: skip
+
+
+def _args(keys: tuple[str, ...]) -> st.SearchStrategy[dict]:
+    return st.dictionaries(st.sampled_from((*keys, "extra")), ODD, max_size=len(keys) + 1)
+
+
+def _agree(cls: type, args: dict) -> None:
+    fast = FAST[cls](dict(args))
+    if fast is not None:  # accepted: the converter must accept it alike
+        assert fast == converter.structure(dict(args), cls)
+
+
+def test_every_hot_class_has_its_check():
+    assert set(FAST) == {EnqueueArgs, EnqueueManyArgs, ClaimNextArgs, CompleteArgs}
+
+
+@given(_args(fast_args._ENQUEUE))
+@settings(max_examples=400, deadline=None)
+def test_enqueue(args):
+    _agree(EnqueueArgs, args)
+
+
+@given(st.lists(_args(fast_args._ENQUEUE), max_size=3))
+@settings(max_examples=200, deadline=None)
+def test_enqueue_many(jobs):
+    _agree(EnqueueManyArgs, {"jobs": jobs})
+
+
+@given(_args(("queues", "max", "wait_ms", "lease_ms")))
+@settings(max_examples=300, deadline=None)
+def test_claim_next(args):
+    _agree(ClaimNextArgs, args)
+
+
+@given(_args(("job_id", "lease", "result")))
+@settings(max_examples=300, deadline=None)
+def test_complete(args):
+    _agree(CompleteArgs, args)
+
+
+@pytest.mark.parametrize(
+    ("cls", "args"),
+    [
+        (EnqueueArgs, {"queue": "q", "type": "t"}),
+        (EnqueueArgs, {"queue": "q", "type": "t", "payload": {"a": [1, 2.5, None]}, "priority": 0,
+                       "delay_ms": 5, "max_attempts": 1, "lease_ms": 10, "unique_key": "u",
+                       "debounce_ms": None, "budgets": None}),
+        (EnqueueArgs, {"queue": "q", "type": "t", "unique_key": "u", "debounce_ms": 0}),
+        (EnqueueManyArgs, {"jobs": [{"queue": "q", "type": "t", "payload": i} for i in range(3)]}),
+        (ClaimNextArgs, {"queues": ["a", "b"], "max": 1000, "wait_ms": 0, "lease_ms": None}),
+        (ClaimNextArgs, {"queues": ["a"]}),
+        (CompleteArgs, {"job_id": "j", "lease": "l", "result": {"ok": True}}),
+        (CompleteArgs, {"job_id": "j", "lease": "l"}),
+    ],
+)  # fmt: skip
+def test_valid_arguments_take_the_fast_path(cls, args):
+    fast = FAST[cls](dict(args))
+    assert fast is not None
+    assert fast == converter.structure(dict(args), cls)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        {"queue": "q", "type": "t", "delay_ms": 1, "ready_at": 1},
+        {"queue": "q", "type": "t", "debounce_ms": 1},
+        {"queue": "q", "type": "t", "budgets": [{"key": "b", "cost": 0}]},
+        {"queue": "q", "type": "t", "payload": deep},
+        {"queue": "q", "type": "t", "priority": True},
+    ],
+)
+def test_refusals_are_left_to_the_converter(args):
+    assert fast_args.enqueue_args(dict(args)) is None
+    with pytest.raises(Refused) as refused:
+        structure(dict(args), EnqueueArgs)
+    assert refused.value.code == "invalid_argument"
