@@ -366,7 +366,11 @@ class BudgetDispatch:
                 self._release(tx, budget)
 
     def _release(self, tx: Tx, budget: Budget) -> None:
-        rows = sql.parked_oldest(tx.conn, budget.namespace, budget.key, RELEASE_BATCH)
+        # Read no more parked rows than the tokens could pay for (plus the one
+        # that says where to stop): a release behind a big backlog stays cheap.
+        affordable = budget.pool.available(tx.now_ms) - budget.reserved_cost
+        limit = max(1, min(RELEASE_BATCH, int(affordable) + 1))
+        rows = sql.parked_oldest(tx.conn, budget.namespace, budget.key, limit)
         if not rows:  # the count disagrees with the store: trust the store, never spin
             log.error("budget %r/%r counted %d parked jobs, the store has none",
                       budget.namespace, budget.key, budget.parked)  # fmt: skip

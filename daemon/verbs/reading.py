@@ -103,6 +103,29 @@ def queue_rows(core: Core, call: Call) -> list[dict[str, Any]]:
     return rows
 
 
+def _quota(core: Core, namespace: str) -> dict[str, Any] | None:
+    """``status.quota``: the document in force and usage against its limits, or
+    None without one (``{"error"}`` while it cannot be read: fail closed)."""
+    actor = core.namespaces.get(namespace)
+    if actor.broken is not None:
+        return {"error": actor.broken}
+    if actor.quota is None:
+        return None
+    counts = core.counts
+    return {
+        **actor.quota.to_dict(),
+        "usage": {
+            "pending": counts.total(namespace, lc.SCHEDULED) + counts.total(namespace, lc.PENDING),
+            "running": counts.total(namespace, lc.RUNNING),
+            "completed": counts.total(namespace, lc.COMPLETED),
+            "dead": counts.total(namespace, lc.DEAD),
+            "enqueue_tokens": None
+            if actor.rate is None
+            else actor.rate.available(core.clock.now_ms()),
+        },
+    }
+
+
 @verb("status", ANY, NoArgs)
 def status(core: Core, call: Call, _a: NoArgs) -> Plan:
     """The namespace at a glance."""
@@ -115,7 +138,7 @@ def status(core: Core, call: Call, _a: NoArgs) -> Plan:
                 for (ns, _key), b in sorted(core.budgets.items())
                 if ns == call.namespace
             ],
-            "quota": None,
+            "quota": _quota(core, call.namespace),
             "daemon": core.version_info(),
         }
     )

@@ -346,3 +346,17 @@ async def test_a_provisioned_quota_is_read_only_and_a_bad_one_fails_closed(
 
 def test_config_without_quotas_has_no_problems():
     assert Config().quota_problems == ()
+
+
+async def test_status_shows_the_quota_and_usage_against_it(tmp_path, autojump_clock):
+    async with running_core(tmp_path) as core:
+        assert (await call(core, "status"))["quota"] is None
+        await set_quota(core, max_pending=10, enqueue_rate="5/s", max_running=3)
+        await enqueue(core, 4)
+        await call(core, "claim_next", queues=["q"], max=2)
+        quota = (await call(core, "status"))["quota"]
+        assert quota == {
+            "max_pending": 10, "on_excess": "reject", "enqueue_rate": "5/s", "max_running": 3,
+            "usage": {"pending": 2, "running": 2, "completed": 0, "dead": 0,
+                      "enqueue_tokens": 1.0},
+        }  # fmt: skip
