@@ -360,3 +360,16 @@ async def test_status_shows_the_quota_and_usage_against_it(tmp_path, autojump_cl
             "usage": {"pending": 2, "running": 2, "completed": 0, "dead": 0,
                       "enqueue_tokens": 1.0},
         }  # fmt: skip
+
+
+async def test_a_max_running_change_by_another_process_reaches_dispatch(tmp_path, autojump_clock):
+    async with running_core(tmp_path) as core:
+        await enqueue(core, 50)
+        await call(core, "claim_next", queues=["q"], max=1)
+        t0 = trio.current_time()
+        settings_sql.put(core.conn, "quota:default", '{"max_running":1}', 0)  # another daemon
+        while (await call(core, "claim_next", queues=["q"], max=1))["jobs"]:
+            await trio.sleep(0.1)  # virtual time: autojump_clock
+        assert trio.current_time() - t0 <= 2.1
+        held = await call(core, "claim_next", queues=["q"], max=5)
+        assert held["deferred"][0]["reason"] == "running_full"
