@@ -133,8 +133,14 @@ class PolicyState:
         self.window_start, self.window_end = bounds(window, now_ms)
         self.used = stored_usage(self.window_start) if stored_usage is not None else 0
 
-    def status(self, running: int, now_ms: int, lease_hint: int | None = None) -> Status:
-        """The queue's admission status with ``running`` committed jobs in flight."""
+    def status(
+        self, running: int, now_ms: int, lease_hint: Callable[[], int | None] | None = None
+    ) -> Status:
+        """The queue's admission status with ``running`` committed jobs in flight.
+
+        ``lease_hint`` gives ``in_flight_full``'s ``next_eligible_at`` (the
+        earliest lease expiry of the queue's jobs); asked only when it applies.
+        """
         if self.broken is not None:
             return Status("deferred", "admission_unavailable")
         policy = self.policy
@@ -148,7 +154,8 @@ class PolicyState:
                 return Status("deferred", "window_exhausted", self.window_end, True)
         in_flight = running + self.in_flight_delta
         if policy.max_in_flight is not None and in_flight >= policy.max_in_flight:
-            return Status("deferred", "in_flight_full", lease_hint, False)
+            hint = lease_hint() if lease_hint is not None else None
+            return Status("deferred", "in_flight_full", hint, False)
         return ADMITTED
 
     def room(self, running: int, now_ms: int) -> int | None:

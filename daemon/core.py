@@ -118,6 +118,9 @@ class Core:
         failing = [
             f"namespace '{a.namespace}' fails closed: its quota cannot be read ({a.broken})"
             for a in self.namespaces.known() if a.broken is not None
+        ] + [
+            f"queue '{ns}/{q}' fails closed: its policy cannot be evaluated ({s.broken})"
+            for (ns, q), s in sorted(self.policies.states.items()) if s.broken is not None
         ]  # fmt: skip
         return list(self.problems) + failing
 

@@ -144,9 +144,8 @@ class Daemon:
                 core.problems.append(f"provisioning {what} failed: {exc.message}")
         for problem in self.config.quota_problems:
             log.error("%s: %s", self.config.source, problem)
-        for problem in self.config.policy_problems:  # those queues fail closed
+        for problem in self.config.policy_problems:  # those queues fail closed (healthz)
             log.error("%s: %s", self.config.source, problem)
-            core.problems.append(f"{self.config.source}: {problem}")
         core.watcher.nudge()
 
     def reload(self) -> bool:

@@ -127,11 +127,17 @@ class Policies:
 
     @staticmethod
     def describe_policy(state: PolicyState) -> dict[str, Any] | None:
-        """The policy object of the wire (its fields and audit fields)."""
-        if state.policy is None:
+        """The policy object of the wire (its fields and audit fields); one that
+        cannot be evaluated has null limits and an ``error`` (it fails closed)."""
+        if state.policy is None and state.broken is None:
             return None
+        fields = (
+            state.policy.to_dict() if state.policy is not None
+            else {"max_in_flight": None, "max_claims_per_window": None, "window": None,
+                  "error": state.broken}
+        )  # fmt: skip
         return {
-            "queue": state.queue, **state.policy.to_dict(),
+            "queue": state.queue, **fields,
             "created_at": state.created_at, "updated_at": state.updated_at,
             "created_by": state.created_by, "updated_by": state.updated_by,
             "source": state.source,
@@ -202,7 +208,7 @@ class Policies:
         if state is None:
             return None
         now = self._core.clock.now_ms() if now_ms is None else now_ms
-        return state.status(self.running(key), now, self._lease_hint(key))
+        return state.status(self.running(key), now, lambda: self._lease_hint(key))
 
     def deferred_now(self, key: QueueKey) -> bool:
         """True when the queue has a policy that admits no claim now."""

@@ -265,8 +265,10 @@ def usage_line(entry: dict[str, Any], now_ms: int) -> str:
         parts.append("no window limit")
     in_flight = entry.get("in_flight") or 0
     cap = policy.get("max_in_flight")
-    parts.append(f"{in_flight} of {cap} in flight" if cap is not None
-                 else f"{in_flight} in flight (no limit)")  # fmt: skip
+    if cap is not None:
+        parts.append(f"{in_flight} of {cap} in flight")
+    else:
+        parts.append(f"{in_flight} in flight" + (" (no limit)" if policy else ""))
     if entry.get("window_resets_at") is not None:
         parts.append(f"resets {when(entry['window_resets_at'], tz, now_ms)}")
     return DOT.join(parts)
