@@ -125,6 +125,22 @@ async def test_a_malformed_policy_is_refused_naming_the_field(tmp_path, autojump
 # -- REQ-2 -----------------------------------------------------------------------------
 
 
+async def test_a_pool_shares_one_budget(tmp_path, autojump_clock):
+    async with running_core(tmp_path) as core:
+        await policy(core, "lane-m", max_claims_per_window=20, window=DAY_LA)
+        await enqueue(core, 60, "lane-m")
+        taken = [0, 0, 0]
+
+        async def session(i: int) -> None:  # three workers of one pool, claiming as they can
+            for _ in range(10):
+                taken[i] += len(await claimed(core, 3, ("lane-m",)))
+
+        async with trio.open_nursery() as nursery:
+            for i in range(3):
+                nursery.start_soon(session, i)
+        assert sum(taken) == 20 and all(taken)
+
+
 async def test_same_name_different_owners(tmp_path, autojump_clock):
     async with running_core(tmp_path) as core:
         await call(core, "policy_set", namespace="a", queue="q", max_in_flight=1)
