@@ -152,6 +152,21 @@ async def test_same_name_different_owners(tmp_path, autojump_clock):
         assert got_b["jobs"][0]["admission"] is None
 
 
+async def test_a_fan_out_copy_is_governed_by_its_own_queue(tmp_path, autojump_clock):
+    """Seed 002's fan-out: the same delivery lands in two namespaces' queues; each
+    copy is charged to its own queue identity only."""
+    async with running_core(tmp_path) as core:
+        await call(core, "policy_set", namespace="a", queue="q", max_claims_per_window=5,
+                   window=DAY_LA)  # fmt: skip
+        for ns in ("a", "friend"):
+            await call(core, "enqueue", namespace=ns, queue="q", type="t", unique_key="delivery")
+        got_a = await call(core, "claim_next", namespace="a", queues=["q"])
+        got_f = await call(core, "claim_next", namespace="friend", queues=["q"])
+        assert got_a["jobs"][0]["admission"]["used"] == 1
+        assert got_f["jobs"][0]["admission"] is None
+        assert usage_rows(core) == [("q", usage_rows(core)[0][1], 1)]
+
+
 # -- REQ-3 -----------------------------------------------------------------------------
 
 
@@ -498,6 +513,25 @@ async def test_policy_writes_are_limited_per_token(tmp_path, autojump_clock):
         assert (info.value.code, info.value.details["retry_after"]) == ("rate_limited", 1)
         await trio.sleep(1)  # virtual time: autojump_clock
         await policy(core, max_in_flight=20)
+
+
+# -- REQ-11 (the data the board shows; the board itself is issue 7) ---------------
+
+
+async def test_the_owner_sees_why_work_waits(tmp_path, autojump_clock):
+    async with running_core(tmp_path) as core:
+        await policy(core, "investigations", max_claims_per_window=100, window=DAY_LA)
+        await enqueue(core, 112, "investigations")
+        assert len(await claimed(core, 100, ("investigations",))) == 100
+        midnight = ms(datetime(2023, 11, 15, 0, 0, tzinfo=LA))
+        [header] = (await call(core, "admission_status", queue="investigations"))["queues"]
+        assert (header["used"], header["policy"]["max_claims_per_window"]) == (100, 100)
+        assert header["window_resets_at"] == midnight and header["pending"] == 12
+        assert header["status"]["reason"] == "window_exhausted"
+        cards = (await call(core, "list", queue="investigations", status="pending"))["jobs"]
+        assert len(cards) == 12
+        assert all(c["admission"]["reason"] == "window_exhausted"
+                   and c["admission"]["next_eligible_at"] == midnight for c in cards)  # fmt: skip
 
 
 # -- REQ-12 and REQ-13 ------------------------------------------------------------------------
