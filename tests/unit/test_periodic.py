@@ -256,7 +256,7 @@ async def test_a_slot_fires_at_most_once_across_a_restart(tmp_path, autojump_clo
     slot = 1_700_000_100_000
     with trio.fail_after(LIMIT):
         async with daemon(tmp_path, cfg) as (core, _s):
-            await trio.sleep(101)  # the slot at WALL0 + 100 s fired
+            await trio.sleep(101)  # virtual time: autojump_clock; the slot at WALL0 + 100 s fired
             assert [j["ready_at"] for j in jobs(core)] == [slot]
         # A second Core on the same file, within the same slot period.
         async with daemon(tmp_path, cfg, wall_start_ms=slot + 1_000) as (core, scheduler):
@@ -281,7 +281,7 @@ async def test_after_downtime_one_catch_up_fire_for_the_latest_missed_slot(
     slot = 1_700_000_100_000
     with trio.fail_after(LIMIT):
         async with daemon(tmp_path, cfg) as (core, _s):
-            await trio.sleep(101)
+            await trio.sleep(101)  # virtual time: autojump_clock
         restart = slot + 3_600_000 + 10_000  # twelve slots missed
         async with daemon(tmp_path, cfg, wall_start_ms=restart) as (core, scheduler):
             await trio.testing.wait_all_tasks_blocked()
@@ -302,7 +302,7 @@ async def test_a_new_entry_never_fires_for_slots_before_it_was_seen(tmp_path, au
             await trio.testing.wait_all_tasks_blocked()
             assert record(core)["result"] == "baseline"
             # SIGHUP: a new entry, and a changed schedule (a fresh baseline, no catch-up).
-            await trio.sleep(30)
+            await trio.sleep(30)  # virtual time: autojump_clock
             fresh = config({"name": "tick", "every": "1h"}, {"name": "new", "every": "10m"})
             core.reload(fresh)
             scheduler.replace(fresh.periodic)
@@ -310,7 +310,7 @@ async def test_a_new_entry_never_fires_for_slots_before_it_was_seen(tmp_path, au
             assert record(core, 0)["schedule"] == "every 1h"
             assert scheduler.next_fire_at(fresh.periodic[0]) == 1_700_002_800_000
             assert scheduler.next_fire_at(fresh.periodic[1]) == 1_700_000_400_000
-            await trio.sleep(400)
+            await trio.sleep(400)  # virtual time: autojump_clock
             assert [(j["ready_at"]) for j in jobs(core)] == [1_700_000_400_000]
             # Removed entries stop firing.
             scheduler.replace(())
