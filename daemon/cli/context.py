@@ -18,7 +18,11 @@ from typing import Any
 import attrs
 
 from daemon.sdk.paths import resolve_socket
+from daemon.sdk.retry import RetryPolicy
 from daemon.sdk.sync_client import Client
+
+#: Attempts of a one-shot command's call when the daemon answers 429.
+CLI_ATTEMPTS = 3
 
 
 class UsageError(Exception):
@@ -86,7 +90,13 @@ class Context:
         return resolve_socket(self.socket, self.config)
 
     def client(self, **options: Any) -> Client:
-        """A blocking client connected to the daemon."""
+        """A blocking client connected to the daemon.
+
+        A one-shot command retries a 429 (``queue_full``, ``rate_limited``) a
+        couple of times only, then reports it: a person at a terminal wants
+        the answer, not ten backoffs.
+        """
+        options.setdefault("retry", RetryPolicy(max_attempts=CLI_ATTEMPTS))
         path = self.socket_path()
         try:
             return Client(path, token=self.token, client_name="sluice", **options)

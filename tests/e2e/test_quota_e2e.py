@@ -430,3 +430,11 @@ def test_tokens_mode_operator_writes_owner_reads(make_daemon, connect):
     )
     producer.ok("enqueue", **job())
     assert ok_json(d, "quota", "get", token=OWNER) == {"quota": None, "source": None}
+
+
+def test_the_cli_reports_a_full_queue_after_a_few_tries(daemon):
+    ok(daemon, "quota", "set", "--max-pending", "1")
+    ok(daemon, "enqueue", "q", "t")
+    message = refused(daemon, "enqueue", "q", "t")  # 3 attempts, about 1.5 s, then exit 1
+    assert "queue_full" in message
+    assert "queue 'q' is full: 1 pending >= max_pending 1" in message
