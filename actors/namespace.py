@@ -18,9 +18,10 @@ from collections.abc import Callable
 
 import attrs
 
+from actors.bucket import TokenBucket
 from actors.budget import TokenPool
 from actors.errors import Refused
-from actors.quota import Quota
+from actors.quota import Bucket, Quota
 
 Undo = Callable[[], None]
 
@@ -49,6 +50,10 @@ class NamespaceActor:
         #: Why the stored document cannot be used (fail closed), else None.
         self.broken: str | None = None
         self.rate: TokenPool | None = None
+        #: The door's buckets (request_rate, message_rate) and the settings
+        #: they were made with (an update never adds tokens).
+        self.buckets: dict[str, TokenBucket] = {}
+        self.bucket_specs: dict[str, Bucket] = {}
         #: Jobs admitted or claimed by transactions not yet committed.
         self.pending_extra = 0
         self.running_extra = 0

@@ -26,6 +26,7 @@ from actors.watcher import SettingsWatcher
 from daemon import __version__, quotas, retention
 from daemon.budget_dispatch import BudgetDispatch
 from daemon.config import Config
+from daemon.door import Door
 from daemon.metrics import Metrics
 from daemon.periodic import PeriodicScheduler
 from daemon.policies import Policies
@@ -69,6 +70,7 @@ class Core:
         self.budgets: dict[QueueKey, Budget] = {}  # by (namespace, key)
         self.dispatch = BudgetDispatch(self)
         self.namespaces = Namespaces()
+        self.door = Door(self)
         self.policies = Policies(self)
         self.watcher = SettingsWatcher(lambda: quotas.reload(self))
         self.retention = retention.leader(self)

@@ -55,6 +55,8 @@ def prepare(
             if not session.has("operator"):
                 raise Refused("forbidden", "naming another namespace needs the operator grant")
             namespace = target
+    if verb.name != "hello":
+        core.door.request(namespace)  # one token per authenticated request
     if verb.grants and not any(session.has(g) for g in verb.grants):
         raise Refused("forbidden", f"this token is not granted {verb.name!r}")
     parsed = structure(args, verb.args)

@@ -71,6 +71,10 @@ class Metrics:
         self.budget_debits = Counter(
             "sluicegate_budget_debits", "Tokens debited from budgets.", ["budget"], registry=r
         )
+        self._door = Counter(
+            "sluicegate_door_decisions", "Door decisions by limit and outcome.",
+            ["limit", "outcome"], registry=r,
+        )  # fmt: skip
         self._quota_refusals = Counter(
             "sluicegate_quota_refusals", "Enqueues refused by a namespace quota.",
             ["namespace", "reason"], registry=r,
@@ -143,6 +147,10 @@ class Metrics:
     def admission_refused(self, queue: str, reason: str) -> None:
         """A claim on ``queue`` was refused by its admission policy for ``reason``."""
         self._admission_refusals.labels(self.label(queue), reason).inc()
+
+    def door_decision(self, limit: str, outcome: str) -> None:
+        """A door decision on ``limit``: allowed, blocked or would_block (shadow mode)."""
+        self._door.labels(limit, outcome).inc()
 
     def quota_refused(self, namespace: str, code: str) -> None:
         """A quota refused an enqueue with ``code`` (queue_full, rate_limited, ...)."""

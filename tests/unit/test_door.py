@@ -1,0 +1,109 @@
+"""The door (seed 001) through the real core on MockClock: request and message
+buckets, the size cap, shadow mode."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+import trio
+
+from actors.errors import Refused
+from daemon.config import parse_config
+from daemon.core import Core
+from tests.unit.harness import call, running_core
+
+
+async def door(core: Core, **doc: Any) -> None:
+    await call(core, "quota_set", quota=doc)
+
+
+async def refused(coro: Any) -> Refused:
+    with pytest.raises(Refused) as info:
+        await coro
+    return info.value
+
+
+def decisions(core: Core, limit: str, outcome: str) -> float:
+    sample = core.metrics.registry.get_sample_value
+    return sample("sluicegate_door_decisions_total", {"limit": limit, "outcome": outcome}) or 0
+
+
+async def test_the_request_bucket_charges_one_per_request_and_refills(tmp_path, autojump_clock):
+    async with running_core(tmp_path) as core:
+        await door(core, request_rate={"capacity": 3, "refill_per_s": 1})
+        for _ in range(3):
+            await call(core, "status")
+        limited = await refused(call(core, "list"))
+        assert (limited.code, limited.status, limited.message) == (
+            "rate_limited", 429, "request rate limit exceeded")  # fmt: skip
+        assert limited.details == {"limit": "request_rate", "retry_after": 1}
+        await refused(call(core, "status"))  # a denial does not debit...
+        await trio.sleep(1)  # virtual time: autojump_clock
+        await call(core, "status")  # ...so one second refills exactly one
+        assert decisions(core, "request_rate", "blocked") == 2
+
+
+async def test_an_unlimited_door_touches_no_state(tmp_path, autojump_clock):
+    async with running_core(tmp_path) as core:
+        await door(core, max_pending=100)
+        for _ in range(5):
+            await call(core, "status")
+        assert core.namespaces.get("default").buckets == {}
+
+
+async def test_raising_the_capacity_keeps_the_count(tmp_path, autojump_clock):
+    async with running_core(tmp_path) as core:
+        await door(core, request_rate={"capacity": 2, "refill_per_s": 0.001})
+        await call(core, "status")  # the quota_set took one, this the other
+        await door(core, request_rate={"capacity": 100, "refill_per_s": 0.001})
+        assert (await refused(call(core, "status"))).code == "rate_limited"
+
+
+async def test_messages_charge_enqueued_jobs_and_deliveries_after_the_fact(
+    tmp_path, autojump_clock
+):
+    async with running_core(tmp_path) as core:
+        await door(core, message_rate={"capacity": 5, "refill_per_s": 1})
+        jobs = [{"queue": "q", "type": "t"}] * 5
+        await call(core, "enqueue_many", jobs=jobs)
+        limited = await refused(call(core, "enqueue", queue="q", type="t"))
+        assert limited.message == "message rate limit exceeded"
+        await trio.sleep(3)  # virtual time: autojump_clock; 3 tokens back
+        got = await call(core, "claim_next", queues=["q"], max=5)  # allowed, then debited
+        assert len(got["jobs"]) == 5
+        assert core.door.describe("default")["message_rate"] == -2
+        limited = await refused(call(core, "enqueue", queue="q", type="t"))
+        assert limited.details["retry_after"] == 3  # back above zero, then one more
+
+
+async def test_the_size_cap_measures_compact_json_and_holds_in_shadow_mode(
+    tmp_path, autojump_clock
+):
+    config = parse_config({"daemon": {"enforce": False}}, "t.toml")
+    async with running_core(tmp_path, config=config) as core:
+        await door(core, max_item_bytes=7)
+        await call(core, "enqueue", queue="q", type="t", payload={"a": 1})  # 7 bytes: fits
+        await door(core, max_item_bytes=6)
+        over = await refused(call(core, "enqueue", queue="q", type="t", payload={"a": 1}))
+        assert (over.code, over.status, over.message) == (
+            "payload_too_large", 413, "max_item_bytes exceeded: 7 > 6")  # fmt: skip
+        assert over.details == {"limit": "max_item_bytes", "value": 7, "max": 6}
+        # Non-ASCII is counted as its UTF-8 bytes, unescaped: "é" is 2 bytes + 2 quotes.
+        await door(core, max_item_bytes=4)
+        await call(core, "enqueue", queue="q", type="t", payload="é")
+
+
+async def test_shadow_mode_logs_and_counts_and_lets_it_through(tmp_path, autojump_clock, caplog):
+    config = parse_config({"daemon": {"enforce": False}}, "t.toml")
+    async with running_core(tmp_path, config=config) as core:
+        await door(core, request_rate={"capacity": 1, "refill_per_s": 0.01})
+        with caplog.at_level(logging.INFO, logger="sluicegate.limits"):
+            for _ in range(3):
+                await call(core, "status")
+        # The first took the one token; the other two would have been refused.
+        lines = [r.getMessage() for r in caplog.records if r.name == "sluicegate.limits"]
+        assert lines == ["limits namespace=default limit=request_rate would_block=true"] * 2
+        assert decisions(core, "request_rate", "would_block") == 2
+        assert decisions(core, "request_rate", "allowed") == 1
