@@ -388,21 +388,30 @@ async def test_a_specific_claim_in_a_deferred_queue(tmp_path, autojump_clock):
         assert usage_rows(core) == []
 
 
+async def exhausted_and_watched(core: Core, waiting_jobs: int = 0) -> tuple[list, list, Any]:
+    """A daily budget of 1, spent; ``waiting_jobs`` more enqueued; a subscriber's
+    events, and a waiting claim (to start) with its answers."""
+    await policy(core, max_claims_per_window=1, window=DAY_LA)
+    await enqueue(core, 1)
+    await claimed(core)
+    if waiting_jobs:
+        await enqueue(core, waiting_jobs)
+    events: list[dict] = []
+    core.router.subscribe(object(), [("default", "q")], events.append)
+    got: list[Any] = []
+
+    async def wait() -> None:
+        got.append(await claim(core, wait_ms=3_600_000))
+
+    return events, got, wait
+
+
 # -- REQ-8 -----------------------------------------------------------------------------
 
 
 async def test_no_wake_up_for_work_that_cannot_be_claimed(tmp_path, autojump_clock):
     async with running_core(tmp_path) as core:
-        await policy(core, max_claims_per_window=1, window=DAY_LA)
-        await enqueue(core, 1)
-        await claimed(core)
-        events: list[dict] = []
-        core.router.subscribe(object(), [("default", "q")], events.append)
-        got: list[Any] = []
-
-        async def wait() -> None:
-            got.append(await claim(core, wait_ms=3_600_000))
-
+        events, got, wait = await exhausted_and_watched(core)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(wait)
             await trio.sleep(1)  # virtual time: autojump_clock
@@ -415,17 +424,7 @@ async def test_no_wake_up_for_work_that_cannot_be_claimed(tmp_path, autojump_clo
 async def test_one_ring_at_midnight(tmp_path, autojump_clock):
     midnight = ms(datetime(2023, 11, 15, 0, 0, tzinfo=LA))
     async with running_core(tmp_path, wall_start_ms=midnight - 1_800_000) as core:
-        await policy(core, max_claims_per_window=1, window=DAY_LA)
-        await enqueue(core, 1)
-        await claimed(core)
-        await enqueue(core, 40)
-        events: list[dict] = []
-        core.router.subscribe(object(), [("default", "q")], events.append)
-        got: list[Any] = []
-
-        async def wait() -> None:
-            got.append(await claim(core, wait_ms=3_600_000))
-
+        events, got, wait = await exhausted_and_watched(core, waiting_jobs=40)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(wait)
         assert core.clock.now_ms() - midnight < 50  # served at the boundary
