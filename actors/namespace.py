@@ -54,6 +54,8 @@ class NamespaceActor:
         #: they were made with (an update never adds tokens).
         self.buckets: dict[str, TokenBucket] = {}
         self.bucket_specs: dict[str, Bucket] = {}
+        #: Waiting ``claim_next`` calls holding a slot (``max_waiting_claims``).
+        self.waiting = 0
         #: Jobs admitted or claimed by transactions not yet committed.
         self.pending_extra = 0
         self.running_extra = 0

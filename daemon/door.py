@@ -22,6 +22,7 @@ unlimited bucket allows without touching any state. Only rate limits answer
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from actors.bucket import TokenBucket, retry_after_s
@@ -110,6 +111,76 @@ class Door:
                         limit="max_item_bytes", value=size, max=cap,
                     )  # fmt: skip
         self._charge(namespace, "message_rate", len(payloads))
+
+    def _capped(self, namespace: str, limit: str, value: int, cap: int, message: str) -> None:
+        """A cap (403 ``quota_exceeded``) that shadow mode lets through, logged."""
+        if not self._core.config.daemon.enforce:
+            log.info("limits namespace=%s limit=%s would_block=true", namespace, limit)
+            self._core.metrics.door_decision(limit, "would_block")
+            return
+        log.info("limits namespace=%s limit=%s blocked=true", namespace, limit)
+        self._core.metrics.door_decision(limit, "blocked")
+        raise Refused("quota_exceeded", message, limit=limit, value=value, max=cap)
+
+    def new_queues(self, namespace: str, queues: set[str]) -> None:
+        """``queues`` would be created (by an enqueue or ``queue_configure``):
+        ``max_queues`` counts the namespace's queues. A known queue costs a set
+        lookup; the count is read from memory (after a restart, from the store:
+        a floor, since queues are never removed)."""
+        quota = self._core.namespaces.get(namespace).quota
+        if quota is None or quota.max_queues is None:
+            return
+        known = self._core.known_queues
+        fresh = {q for q in queues if (namespace, q) not in known}
+        if not fresh:
+            return
+        value = sum(1 for ns, _q in known if ns == namespace) + len(fresh)
+        cap = quota.max_queues
+        if value > cap:
+            self._capped(namespace, "max_queues", value, cap,
+                         f"max_queues exceeded: {value} > {cap}")  # fmt: skip
+
+    def retention(self, namespace: str, ttls: dict[str, int | None]) -> None:
+        """``queue_configure``'s TTLs against ``max_retention_ms``: refused, never
+        clamped; an absent or non-positive TTL (the daemon default) is allowed."""
+        quota = self._core.namespaces.get(namespace).quota
+        if quota is None or quota.max_retention_ms is None:
+            return
+        cap = quota.max_retention_ms
+        for option, ttl in ttls.items():
+            if ttl is not None and ttl > 0 and ttl > cap:
+                self._capped(namespace, "max_retention_ms", ttl, cap,
+                             f"max_retention_ms exceeded: {option} {ttl} > {cap}")  # fmt: skip
+
+    def wait_slot(self, namespace: str) -> Callable[[], None]:
+        """Take a waiting-claim slot of ``namespace`` for one ``claim_next`` wait;
+        returns its release (idempotent: call it on every way out of the wait).
+
+        Over ``max_waiting_claims``: ``too_many_waiters`` (429, ``retry_after``
+        5); in shadow mode the slot is granted over the cap and still counted.
+        """
+        actor = self._core.namespaces.get(namespace)
+        quota = actor.quota
+        cap = quota.max_waiting_claims if quota is not None else None
+        if cap is not None and actor.waiting >= cap:
+            if self._core.config.daemon.enforce:
+                log.info("limits namespace=%s limit=max_waiting_claims blocked=true", namespace)
+                self._core.metrics.door_decision("max_waiting_claims", "blocked")
+                raise Refused(
+                    "too_many_waiters", f"max_waiting_claims exceeded: {actor.waiting + 1} > {cap}",
+                    limit="max_waiting_claims", value=actor.waiting + 1, max=cap, retry_after=5,
+                )  # fmt: skip
+            log.info("limits namespace=%s limit=max_waiting_claims would_block=true", namespace)
+            self._core.metrics.door_decision("max_waiting_claims", "would_block")
+        actor.waiting += 1
+        held = [True]
+
+        def release() -> None:
+            if held:
+                held.clear()
+                actor.waiting -= 1
+
+        return release
 
     def delivered(self, namespace: str, n: int) -> None:
         """A claim answered with ``n`` jobs: debit the message bucket after the fact."""

@@ -204,6 +204,7 @@ def enqueue_write(core: Core, call: Call, jobs: list[EnqueueArgs]) -> Callable[[
     if core.draining:
         raise Refused("shutting_down", "the daemon is shutting down")
     core.door.enqueue(call.namespace, [job.payload for job in jobs])
+    core.door.new_queues(call.namespace, {job.queue for job in jobs})
 
     def write(tx: Tx) -> list[dict[str, Any]]:
         # Quota admission first: before dedup, so a duplicate is refused (or

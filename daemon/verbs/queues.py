@@ -34,6 +34,10 @@ def queue_configure(core: Core, call: Call, a: QueueConfigureArgs) -> Plan:
     """Create a queue or set its retention TTLs."""
     call.scope(a.queue)
     namespace = call.namespace
+    core.door.new_queues(namespace, {a.queue})
+    core.door.retention(
+        namespace, {"completed_ttl_ms": a.completed_ttl_ms, "dead_ttl_ms": a.dead_ttl_ms}
+    )
 
     def write(tx: Tx) -> dict[str, Any]:
         before = queue_sql.get(tx.conn, namespace, a.queue)

@@ -184,7 +184,13 @@ def claim_next(core: Core, call: Call, a: ClaimNextArgs) -> Plan:
 
         return write, waiting
 
-    async def wait_for_work(waiter: Waiter) -> dict[str, Any]:
+    async def wait_for_work(waiter: Waiter, release: Callable[[], None]) -> dict[str, Any]:
+        try:
+            return await _wait(waiter)
+        finally:
+            release()  # the waiting slot, however the wait ends
+
+    async def _wait(waiter: Waiter) -> dict[str, Any]:
         while True:
             try:
                 with trio.move_on_at(deadline):
@@ -209,7 +215,17 @@ def claim_next(core: Core, call: Call, a: ClaimNextArgs) -> Plan:
         if not first_waiting:
             return _empty(core, namespace, queues)
         waiter = first_waiting[0]
-        return Later(lambda: wait_for_work(waiter), lambda: core.router.unregister(waiter))
+        try:
+            release = core.door.wait_slot(namespace)
+        except Refused:
+            core.router.unregister(waiter)
+            raise
+
+        def abandon() -> None:
+            core.router.unregister(waiter)
+            release()
+
+        return Later(lambda: wait_for_work(waiter, release), abandon)
 
     return Plan(first, answer)
 

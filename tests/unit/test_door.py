@@ -107,3 +107,65 @@ async def test_shadow_mode_logs_and_counts_and_lets_it_through(tmp_path, autojum
         assert lines == ["limits namespace=default limit=request_rate would_block=true"] * 2
         assert decisions(core, "request_rate", "would_block") == 2
         assert decisions(core, "request_rate", "allowed") == 1
+
+
+async def test_the_queue_cap_counts_the_namespaces_queues(tmp_path, autojump_clock):
+    async with running_core(tmp_path) as core:
+        await door(core, max_queues=2)
+        await call(core, "enqueue", queue="a", type="t")
+        await call(core, "queue_configure", queue="b")
+        await call(core, "enqueue", queue="a", type="t")  # a known queue: a set lookup
+        over = await refused(call(core, "enqueue", queue="c", type="t"))
+        assert (over.code, over.status, over.message) == (
+            "quota_exceeded", 403, "max_queues exceeded: 3 > 2")  # fmt: skip
+        assert over.details == {"limit": "max_queues", "value": 3, "max": 2}
+        assert (await refused(call(core, "queue_configure", queue="d"))).code == "quota_exceeded"
+        assert core.conn.execute("SELECT count(*) FROM queues").fetchone()[0] == 2
+
+
+async def test_the_retention_ceiling_refuses_never_clamps(tmp_path, autojump_clock):
+    async with running_core(tmp_path) as core:
+        await door(core, max_retention_ms=3_600_000)
+        over = await refused(call(core, "queue_configure", queue="q", completed_ttl_ms=7_200_000))
+        assert over.message == "max_retention_ms exceeded: completed_ttl_ms 7200000 > 3600000"
+        assert over.details == {"limit": "max_retention_ms", "value": 7_200_000, "max": 3_600_000}
+        for ttl in (None, 0, -5, 3_600_000):  # absent, default, or within: allowed
+            await call(core, "queue_configure", queue="q", dead_ttl_ms=ttl)
+
+
+async def test_waiting_claim_slots_are_held_across_the_wait_and_released(tmp_path, autojump_clock):
+    async with running_core(tmp_path) as core:
+        await door(core, max_waiting_claims=1)
+        actor = core.namespaces.get("default")
+        got: list[Any] = []
+
+        async def wait() -> None:
+            got.append(await call(core, "claim_next", queues=["q"], wait_ms=60_000))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wait)
+            await trio.sleep(1)  # virtual time: autojump_clock
+            assert actor.waiting == 1
+            over = await refused(call(core, "claim_next", queues=["q"], wait_ms=1000))
+            assert (over.code, over.status, over.details["retry_after"]) == (
+                "too_many_waiters", 429, 5)  # fmt: skip
+            assert core.router.statistics().waiters == 1  # the refused one left no waiter
+            await call(core, "enqueue", queue="q", type="t")  # answers the wait
+        assert len(got[0]["jobs"]) == 1 and actor.waiting == 0
+        with trio.CancelScope() as scope:  # a cancelled wait gives its slot back too
+            scope.deadline = trio.current_time() + 1
+            await call(core, "claim_next", queues=["q"], wait_ms=60_000)
+        assert actor.waiting == 0
+        await call(core, "claim_next", queues=["q"], wait_ms=10)  # a timed-out one as well
+        assert actor.waiting == 0
+
+
+async def test_shadow_mode_grants_a_slot_over_the_cap_and_counts_it(tmp_path, autojump_clock):
+    config = parse_config({"daemon": {"enforce": False}}, "t.toml")
+    async with running_core(tmp_path, config=config) as core:
+        await door(core, max_waiting_claims=0, max_queues=0)
+        await call(core, "enqueue", queue="q", type="t")  # over max_queues: let through
+        await call(core, "claim_next", queues=["q"])
+        await call(core, "claim_next", queues=["q"], wait_ms=10)
+        assert decisions(core, "max_waiting_claims", "would_block") == 1
+        assert decisions(core, "max_queues", "would_block") == 1
