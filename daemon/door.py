@@ -78,14 +78,21 @@ class Door:
         if wait == 0:
             self._core.metrics.door_decision(limit, "allowed")
             return
-        retry = retry_after_s(wait)
+        if self._blocks(namespace, limit):
+            raise Refused(
+                "rate_limited", _MESSAGES[limit], limit=limit, retry_after=retry_after_s(wait)
+            )
+
+    def _blocks(self, namespace: str, limit: str) -> bool:
+        """A limit is over: log and count the decision; True when enforcing (refuse),
+        False in shadow mode (let it through)."""
         if not self._core.config.daemon.enforce:
             log.info("limits namespace=%s limit=%s would_block=true", namespace, limit)
             self._core.metrics.door_decision(limit, "would_block")
-            return
+            return False
         log.info("limits namespace=%s limit=%s blocked=true", namespace, limit)
         self._core.metrics.door_decision(limit, "blocked")
-        raise Refused("rate_limited", _MESSAGES[limit], limit=limit, retry_after=retry)
+        return True
 
     # -- the checks ----------------------------------------------------------------
 
@@ -114,13 +121,8 @@ class Door:
 
     def _capped(self, namespace: str, limit: str, value: int, cap: int, message: str) -> None:
         """A cap (403 ``quota_exceeded``) that shadow mode lets through, logged."""
-        if not self._core.config.daemon.enforce:
-            log.info("limits namespace=%s limit=%s would_block=true", namespace, limit)
-            self._core.metrics.door_decision(limit, "would_block")
-            return
-        log.info("limits namespace=%s limit=%s blocked=true", namespace, limit)
-        self._core.metrics.door_decision(limit, "blocked")
-        raise Refused("quota_exceeded", message, limit=limit, value=value, max=cap)
+        if self._blocks(namespace, limit):
+            raise Refused("quota_exceeded", message, limit=limit, value=value, max=cap)
 
     def new_queues(self, namespace: str, queues: set[str]) -> None:
         """``queues`` would be created (by an enqueue or ``queue_configure``):
@@ -162,16 +164,15 @@ class Door:
         actor = self._core.namespaces.get(namespace)
         quota = actor.quota
         cap = quota.max_waiting_claims if quota is not None else None
-        if cap is not None and actor.waiting >= cap:
-            if self._core.config.daemon.enforce:
-                log.info("limits namespace=%s limit=max_waiting_claims blocked=true", namespace)
-                self._core.metrics.door_decision("max_waiting_claims", "blocked")
-                raise Refused(
-                    "too_many_waiters", f"max_waiting_claims exceeded: {actor.waiting + 1} > {cap}",
-                    limit="max_waiting_claims", value=actor.waiting + 1, max=cap, retry_after=5,
-                )  # fmt: skip
-            log.info("limits namespace=%s limit=max_waiting_claims would_block=true", namespace)
-            self._core.metrics.door_decision("max_waiting_claims", "would_block")
+        if (
+            cap is not None
+            and actor.waiting >= cap
+            and self._blocks(namespace, "max_waiting_claims")
+        ):
+            raise Refused(
+                "too_many_waiters", f"max_waiting_claims exceeded: {actor.waiting + 1} > {cap}",
+                limit="max_waiting_claims", value=actor.waiting + 1, max=cap, retry_after=5,
+            )  # fmt: skip
         actor.waiting += 1
         held = [True]
 
