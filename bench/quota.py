@@ -29,6 +29,13 @@ from throughput import environment
 from wire import WireClient
 
 QUOTA = {"max_pending": 10**9, "enqueue_rate": "1000000000/s", "max_running": 10**6}
+#: Issue 6: every door limit set, none reached (``--document door``).
+DOOR = {
+    "request_rate": {"capacity": 10**9, "refill_per_s": 10**9},
+    "message_rate": {"capacity": 10**9, "refill_per_s": 10**9},
+    "max_item_bytes": 1 << 20, "max_queues": 10**6, "max_retention_ms": 10**12,
+    "max_waiting_claims": 10**6,
+}  # fmt: skip
 
 
 def batched(c: WireClient, namespace: str, jobs: int, batch: int, window: int) -> float:
@@ -69,6 +76,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="alternations of free/capped")
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--json", help="write the figures here")
+    parser.add_argument(
+        "--document", choices=("quota", "door"), default="quota",
+        help="quota: depth, rate and running limits (issue 4); door: every door limit (issue 6)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     print("$", shlex.join([sys.executable, *sys.argv]))
     print("#", environment(), flush=True)
@@ -79,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     with BenchDaemon("normal") as daemon:
         daemon.start()
         with WireClient(daemon.socket) as c:
-            c.ok("quota_set", namespace="capped", quota=QUOTA)
+            c.ok("quota_set", namespace="capped", quota=QUOTA if args.document == "quota" else DOOR)
             for _ in range(args.rounds):
                 for namespace in ("free", "capped"):
                     rate = batched(c, namespace, args.jobs, args.batch, 8)

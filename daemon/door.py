@@ -60,7 +60,7 @@ class Door:
         if bucket is None:
             bucket = actor.buckets[limit] = TokenBucket(spec.capacity, spec.refill_per_s, now_ms)
             actor.bucket_specs[limit] = spec
-        elif actor.bucket_specs.get(limit) != spec:
+        elif (known := actor.bucket_specs.get(limit)) is not spec and known != spec:
             bucket.update(spec.capacity, spec.refill_per_s, now_ms)
             actor.bucket_specs[limit] = spec
         return bucket

@@ -75,6 +75,7 @@ class Metrics:
             "sluicegate_door_decisions", "Door decisions by limit and outcome.",
             ["limit", "outcome"], registry=r,
         )  # fmt: skip
+        self._door_children: dict[tuple[str, str], Any] = {}
         self._quota_refusals = Counter(
             "sluicegate_quota_refusals", "Enqueues refused by a namespace quota.",
             ["namespace", "reason"], registry=r,
@@ -150,7 +151,11 @@ class Metrics:
 
     def door_decision(self, limit: str, outcome: str) -> None:
         """A door decision on ``limit``: allowed, blocked or would_block (shadow mode)."""
-        self._door.labels(limit, outcome).inc()
+        key = (limit, outcome)
+        child = self._door_children.get(key)
+        if child is None:  # labels() costs a lock and a tuple: once per pair
+            child = self._door_children[key] = self._door.labels(limit, outcome)
+        child.inc()
 
     def quota_refused(self, namespace: str, code: str) -> None:
         """A quota refused an enqueue with ``code`` (queue_full, rate_limited, ...)."""

@@ -138,8 +138,11 @@ def admit(core: Core, tx: Tx, namespace: str, n: int, queue: str) -> tuple[int, 
     daemons sharing a database).
     """
     actor = core.namespaces.get(namespace)
-    if actor.quota is None and actor.broken is None:
-        return n, None
+    quota = actor.quota
+    if actor.broken is None and (
+        quota is None or (quota.max_pending is None and quota.enqueue_rate is None)
+    ):
+        return n, None  # nothing to count against (door limits are the door's)
     try:
         admitted, undo = actor.admit(n, pending_now(core, namespace), queue, tx.now_ms)
     except Refused as exc:
