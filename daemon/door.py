@@ -42,11 +42,32 @@ _MESSAGES = {
 }
 
 
+#: A bucket unused this long is dropped (seed 001); sweeps at most this often.
+IDLE_MS = 600_000
+SWEEP_EVERY_MS = 120_000
+
+
 class Door:
     """Door decisions for one daemon; buckets live on the namespace actors."""
 
     def __init__(self, core: Core) -> None:
         self._core = core
+        self._swept_at = 0
+
+    def _sweep(self, now_ms: int) -> None:
+        """Drop buckets idle for :data:`IDLE_MS` (lazily, piggybacked on requests,
+        at most once per :data:`SWEEP_EVERY_MS`); never one of a namespace with
+        waiting claims."""
+        if now_ms - self._swept_at < SWEEP_EVERY_MS:
+            return
+        self._swept_at = now_ms
+        for actor in self._core.namespaces.known():
+            if actor.waiting:
+                continue
+            for limit, bucket in list(actor.buckets.items()):
+                if now_ms - bucket.last_used_ms >= IDLE_MS:
+                    del actor.buckets[limit]
+                    actor.bucket_specs.pop(limit, None)
 
     def _bucket(self, actor: NamespaceActor, limit: str, now_ms: int) -> TokenBucket | None:
         """The namespace's bucket for ``limit`` (None: unlimited), made or updated
@@ -99,6 +120,7 @@ class Door:
     def request(self, namespace: str) -> None:
         """One authenticated request of ``namespace`` (after auth, before the verb)."""
         self._charge(namespace, "request_rate", 1)
+        self._sweep(self._core.clock.now_ms())
 
     def enqueue(self, namespace: str, payloads: list[Any]) -> None:
         """A call enqueuing jobs with these payloads: size cap, then messages."""

@@ -169,3 +169,24 @@ async def test_shadow_mode_grants_a_slot_over_the_cap_and_counts_it(tmp_path, au
         await call(core, "claim_next", queues=["q"], wait_ms=10)
         assert decisions(core, "max_waiting_claims", "would_block") == 1
         assert decisions(core, "max_queues", "would_block") == 1
+
+
+async def test_idle_buckets_are_pruned_lazily_but_not_while_claims_wait(tmp_path, autojump_clock):
+    async with running_core(tmp_path) as core:
+        await door(core, request_rate={"capacity": 1000, "refill_per_s": 1})
+        await call(core, "status")  # makes default's bucket
+        await call(core, "status", namespace="idle")  # no quota there: no bucket
+        assert core.namespaces.get("idle").buckets == {}
+        actor = core.namespaces.get("default")
+        assert set(actor.buckets) == {"request_rate"}
+        await trio.sleep(599)  # virtual time: autojump_clock
+        await call(core, "status", namespace="other")  # a sweep, but not idle long enough
+        assert set(actor.buckets) == {"request_rate"}
+        actor.waiting = 1  # a waiting claim keeps its namespace's buckets
+        await trio.sleep(200)  # virtual time: autojump_clock
+        await call(core, "status", namespace="other")
+        assert set(actor.buckets) == {"request_rate"}
+        actor.waiting = 0
+        await trio.sleep(121)  # virtual time: autojump_clock
+        await call(core, "status", namespace="other")
+        assert actor.buckets == {} and actor.bucket_specs == {}
