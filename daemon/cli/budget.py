@@ -129,14 +129,12 @@ def patch_of(args: argparse.Namespace) -> dict[str, Any]:
 
 def run_list(ctx: Context, _args: argparse.Namespace) -> int:
     """Every budget of the namespace."""
-    with ctx.client() as client:
-        result = client.call("budget_list")
-    if ctx.json:
-        emit_json(result)
-        return 0
-    budgets = result.get("budgets") or []
-    print(render(budgets, _now_ms()) if budgets else "no budgets")
-    return 0
+
+    def human(result: dict[str, Any]) -> str:
+        budgets = result.get("budgets") or []
+        return render(budgets, _now_ms()) if budgets else "no budgets"
+
+    return ctx.show("budget_list", human)
 
 
 def run_get(ctx: Context, args: argparse.Namespace) -> int:
@@ -167,13 +165,7 @@ def run_patch(ctx: Context, args: argparse.Namespace) -> int:
 
 def run_delete(ctx: Context, args: argparse.Namespace) -> int:
     """Delete a budget."""
-    with ctx.client() as client:
-        result = client.call("budget_delete", key=args.key)
-    if ctx.json:
-        emit_json(result)
-        return 0
-    print(f"deleted budget {args.key}")
-    return 0
+    return ctx.show("budget_delete", lambda _result: f"deleted budget {args.key}", key=args.key)
 
 
 def _one(ctx: Context, op: str, done: str | None, **args: Any) -> int:

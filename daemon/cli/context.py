@@ -10,13 +10,14 @@ anything the CLI rejects itself (exit 2) and let daemon refusals
 from __future__ import annotations
 
 import argparse
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import attrs
 
+from daemon.cli.output import emit_json
 from daemon.sdk.paths import resolve_socket
 from daemon.sdk.retry import RetryPolicy
 from daemon.sdk.sync_client import Client
@@ -102,6 +103,16 @@ class Context:
             return Client(path, token=self.token, client_name="sluice", **options)
         except OSError as exc:
             raise CannotConnect(_why(path, exc)) from None
+
+    def show(self, op: str, human: Callable[[dict[str, Any]], str], **args: Any) -> int:
+        """Call verb ``op``; print its result as JSON with ``--json``, else ``human(result)``."""
+        with self.client() as client:
+            result = client.call(op, **args)
+        if self.json:
+            emit_json(result)
+        else:
+            print(human(result))
+        return 0
 
     @asynccontextmanager
     async def trio_client(self, **options: Any) -> AsyncIterator[Any]:

@@ -184,13 +184,7 @@ def render_list(result: dict[str, Any]) -> str:
 
 def run_show(ctx: Context, args: argparse.Namespace) -> int:
     """One job in full."""
-    with ctx.client() as client:
-        result = client.call("get", job_id=args.job_id)
-    if ctx.json:
-        emit_json(result)
-        return 0
-    print(render_job(result["job"]))
-    return 0
+    return ctx.show("get", lambda result: render_job(result["job"]), job_id=args.job_id)
 
 
 def render_job(job: dict[str, Any]) -> str:

@@ -10,7 +10,7 @@ import argparse
 from typing import Any
 
 from daemon.cli.context import Context
-from daemon.cli.output import emit_json, local_time, table
+from daemon.cli.output import local_time, table
 
 HEADERS = ["NAME", "QUEUE", "TYPE", "SCHEDULE", "NEXT FIRE", "LAST FIRED", "LAST RESULT"]
 
@@ -25,13 +25,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def run_list(ctx: Context, _args: argparse.Namespace) -> int:
     """Print the ``periodic_list`` verb's result."""
-    with ctx.client() as client:
-        result = client.call("periodic_list")
-    if ctx.json:
-        emit_json(result)
-        return 0
-    print(render(result))
-    return 0
+    return ctx.show("periodic_list", render)
 
 
 def render(result: dict[str, Any]) -> str:

@@ -179,24 +179,17 @@ def run_show(ctx: Context, args: argparse.Namespace) -> int:
 def run_set(ctx: Context, args: argparse.Namespace) -> int:
     """Replace the queue's policy."""
     fields = policy_of(args)
-    with ctx.client() as client:
-        result = client.call("policy_set", queue=args.queue, **fields, **_scope(args))
-    if ctx.json:
-        emit_json(result)
-        return 0
-    print(f"saved the policy of queue {args.queue!r}: {describe(result['policy'])}")
-    return 0
+    return ctx.show(
+        "policy_set",
+        lambda result: f"saved the policy of queue {args.queue!r}: {describe(result['policy'])}",
+        queue=args.queue, **fields, **_scope(args),
+    )  # fmt: skip
 
 
 def run_clear(ctx: Context, args: argparse.Namespace) -> int:
     """Remove the queue's policy."""
-    with ctx.client() as client:
-        result = client.call("policy_clear", queue=args.queue, **_scope(args))
-    if ctx.json:
-        emit_json(result)
-        return 0
-    print(f"cleared the policy of queue {args.queue!r}: claims are not limited")
-    return 0
+    message = f"cleared the policy of queue {args.queue!r}: claims are not limited"
+    return ctx.show("policy_clear", lambda _result: message, queue=args.queue, **_scope(args))
 
 
 def _now_ms() -> int:

@@ -139,24 +139,13 @@ def run_set(ctx: Context, args: argparse.Namespace) -> int:
 
 def run_get(ctx: Context, args: argparse.Namespace) -> int:
     """The namespace's quota document, its source, and why it fails if it does."""
-    with ctx.client() as client:
-        result = client.call("quota_get", **_scope(args))
-    if ctx.json:
-        emit_json(result)
-        return 0
-    print(render(result, args.namespace))
-    return 0
+    return ctx.show("quota_get", lambda result: render(result, args.namespace), **_scope(args))
 
 
 def run_clear(ctx: Context, args: argparse.Namespace) -> int:
     """Remove the namespace's quota document."""
-    with ctx.client() as client:
-        result = client.call("quota_clear", **_scope(args))
-    if ctx.json:
-        emit_json(result)
-        return 0
-    print(f"cleared the quota of {_whose(args)}: every limit is unlimited")
-    return 0
+    message = f"cleared the quota of {_whose(args)}: every limit is unlimited"
+    return ctx.show("quota_clear", lambda _result: message, **_scope(args))
 
 
 def _whose(args: argparse.Namespace) -> str:

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from daemon.cli.context import Context
-from daemon.cli.output import emit_json, local_time, table
+from daemon.cli.output import local_time, table
 
 STATES = ("scheduled", "pending", "running", "completed", "dead")
 
@@ -19,13 +19,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def run(ctx: Context, _args: argparse.Namespace) -> int:
     """Print the ``status`` verb's result."""
-    with ctx.client() as client:
-        result = client.status()
-    if ctx.json:
-        emit_json(result)
-        return 0
-    print(render(result))
-    return 0
+    return ctx.show("status", render)
 
 
 def render(result: dict[str, Any]) -> str:
