@@ -22,6 +22,7 @@ from actors.bucket import TokenBucket
 from actors.budget import TokenPool
 from actors.errors import Refused
 from actors.quota import Bucket, Quota
+from actors.usage import MonthlyUse, StorageBlock
 
 Undo = Callable[[], None]
 
@@ -56,6 +57,9 @@ class NamespaceActor:
         self.bucket_specs: dict[str, Bucket] = {}
         #: Waiting ``claim_next`` calls holding a slot (``max_waiting_claims``).
         self.waiting = 0
+        #: The storage and monthly blocks, from the last measurements.
+        self.storage = StorageBlock()
+        self.monthly = MonthlyUse()
         #: Jobs admitted or claimed by transactions not yet committed.
         self.pending_extra = 0
         self.running_extra = 0
@@ -67,6 +71,13 @@ class NamespaceActor:
         rate hands out none for free); a new bucket starts full."""
         self.broken = None
         self.quota = quota
+        # A changed cap applies to the last measurement at once (hysteresis kept).
+        if quota is None:
+            self.storage.measure(None, None, None)
+        else:
+            self.storage.measure(
+                self.storage.measured, quota.max_retained_bytes, quota.retained_release_band
+            )
         rate = quota.enqueue_rate if quota is not None else None
         if rate is None:
             self.rate = None

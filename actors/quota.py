@@ -13,6 +13,7 @@ the config file alike; a bad field is ``invalid_argument`` naming it.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Literal
 
@@ -133,7 +134,7 @@ def _bucket(field: str, value: Any) -> Bucket:
         raise invalid(field, f"{field} must be {{capacity, refill_per_s}}")
     capacity = _count(f"{field}.capacity", value["capacity"])
     refill = value["refill_per_s"]
-    if type(refill) not in (int, float) or refill < 0:
+    if type(refill) not in (int, float) or not 0 <= refill < math.inf:
         raise invalid(f"{field}.refill_per_s", f"{field}.refill_per_s must be a number >= 0")
     return Bucket(capacity, float(refill))
 

@@ -62,7 +62,12 @@ class DaemonConfig:
     lease: Duration = attrs.field(default=60_000, validator=at_least(1))
     synchronous: Literal["normal", "full"] = "normal"
     metrics_token: str = ""
-    rollup_interval: Duration = 3_600_000
+    #: Usage roll-up tick (monthly quota): minutes rolled into days, blocks evaluated.
+    rollup_interval: Duration = attrs.field(default=3_600_000, validator=at_least(1000))
+    #: Days the per-minute usage rows are kept after they were rolled into days.
+    usage_keep_days: int = attrs.field(default=7, validator=at_least(1))
+    #: An HTTP client must send a request's headers within this (slow-header guard).
+    http_header_timeout: Duration = attrs.field(default=10_000, validator=at_least(100))
     #: Distinct ``queue`` label values on metrics before ``__other__``.
     metrics_max_queues: int = attrs.field(default=100, validator=at_least(1))
     #: Bytes of unsent answers a client may leave unread before it is cut off.
@@ -206,7 +211,9 @@ class Config:
 
 # Durations are plain ints in the type system; mark their fields by name.
 _DURATION_FIELDS = {
-    DaemonConfig: {"lease", "rollup_interval", "shutdown_grace", "loop_probe"},
+    DaemonConfig: {
+        "lease", "rollup_interval", "shutdown_grace", "loop_probe", "http_header_timeout",
+    },
     RetentionConfig: {"completed_ttl", "dead_ttl", "interval"},
     PeriodicConfig: {"every", "lease_ms"},
 }

@@ -23,7 +23,7 @@ from actors.namespace import Namespaces
 from actors.reaper import DelayTimer, LeaseReaper
 from actors.router import ClaimRouter
 from actors.watcher import SettingsWatcher
-from daemon import __version__, quotas, retention
+from daemon import __version__, quotas, retention, usage
 from daemon.budget_dispatch import BudgetDispatch
 from daemon.config import Config
 from daemon.door import Door
@@ -52,6 +52,8 @@ class Core:
         self.clock = clock
         self.auth = Authenticator(config)
         self.writer = GroupCommit(self.conn, clock.now_ms)
+        self.meter = usage.Meter()
+        self.writer.pending.append(self.meter)
         self.router = ClaimRouter()
         self.counts = QueueCounts()
         self.ids = IdMint()
@@ -75,6 +77,8 @@ class Core:
         self.watcher = SettingsWatcher(lambda: quotas.reload(self))
         self.retention = retention.leader(self)
         self.periodic = PeriodicScheduler(self, config.periodic)
+        self.usage = usage.Rollup(self)
+        self.rollup = self.usage.ticker()
         self.recover()
 
     # -- start-up -------------------------------------------------------------
@@ -100,6 +104,7 @@ class Core:
             await nursery.start(self.retention.run)
             await nursery.start(self.periodic.run)
             await nursery.start(self.policies.reopener.run)
+            await nursery.start(self.rollup.run)
             task_status.started()
 
     def drain(self) -> None:
@@ -209,17 +214,21 @@ class Core:
             return
         per_key: dict[tuple[QueueKey, str], int] = {}
         ready: dict[QueueKey, int] = {}
+        live: dict[str, int] = {}
         earliest: int | None = None
         for row in rows:
             key = (row[sql.NAMESPACE], row[sql.QUEUE])
             slot = (key, row[sql.STATE])
             per_key[slot] = per_key.get(slot, 0) + 1
+            if row[sql.STATE] != lc.DEAD:  # shed rows were never accepted: not usage
+                live[key[0]] = live.get(key[0], 0) + 1
             if row[sql.STATE] == lc.PENDING and row[sql.PARKED_ON] is None:
                 ready[key] = ready.get(key, 0) + 1
             elif row[sql.STATE] == lc.SCHEDULED and (
                 earliest is None or row[sql.READY_AT] < earliest
             ):
                 earliest = row[sql.READY_AT]
+        self.meter.note(tx, live)
 
         def effect() -> None:
             for (key, state), n in per_key.items():

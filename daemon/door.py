@@ -139,6 +139,21 @@ class Door:
                         f"max_item_bytes exceeded: {size} > {cap}",
                         limit="max_item_bytes", value=size, max=cap,
                     )  # fmt: skip
+        # The blocks (403) before the message bucket (429): retrying cannot help.
+        # Storage first, so it is the reason reported when both hold.
+        storage = actor.storage
+        if storage.held and quota.max_retained_bytes is not None:
+            retained, cap = storage.measured or 0, quota.max_retained_bytes
+            self._capped(namespace, "max_retained_bytes", retained, cap,
+                         f"max_retained_bytes exceeded: {retained} > {cap}")  # fmt: skip
+        monthly = quota.monthly_jobs_quota
+        if monthly is not None and actor.monthly.exhausted(monthly, self._core.clock.now_ms()):
+            used = actor.monthly.used
+            self._capped(
+                namespace, "monthly_jobs_quota", used, monthly,
+                f"monthly_jobs_quota exceeded: {used} >= {monthly}; the block lifts at the "
+                "next calendar month",
+            )  # fmt: skip
         self._charge(namespace, "message_rate", len(payloads))
 
     def _capped(self, namespace: str, limit: str, value: int, cap: int, message: str) -> None:

@@ -90,6 +90,12 @@ class Metrics:
             "(ttl_completed, ttl_dead, max_archived_rows, max_dead_rows).",
             ["namespace", "reason"], registry=r,
         )  # fmt: skip
+        self._monthly_levels = Counter(
+            "sluicegate_monthly_quota_levels",
+            "Monthly quota levels (50, 80, 90, 100 percent) announced, once per namespace "
+            "and month.",
+            ["namespace", "level"], registry=r,
+        )  # fmt: skip
         self._charged = Counter(
             "sluicegate_admission_charged", "Claims charged to queue policy windows.",
             ["queue"], registry=r,
@@ -168,6 +174,10 @@ class Metrics:
     def retention_deleted(self, namespace: str, reason: str, n: int) -> None:
         """The retention leader deleted ``n`` rows of ``namespace`` for ``reason``."""
         self._retention_deleted.labels(self.namespace_label(namespace), reason).inc(n)
+
+    def monthly_level(self, namespace: str, level: int) -> None:
+        """``namespace`` reached ``level`` percent of its monthly quota (announced once)."""
+        self._monthly_levels.labels(self.namespace_label(namespace), str(level)).inc()
 
     def periodic_fired(self, name: str, result: str) -> None:
         """Periodic entry ``name`` fired for a slot: ``fired``, ``refused`` or ``duplicate``."""
@@ -287,6 +297,13 @@ class _Gauges(Collector):
             "max_pending": "The namespace's max_pending.",
             "max_running": "The namespace's max_running.",
             "quota_unavailable": "1 while the namespace's quota cannot be read (fail closed).",
+            "retained_bytes": "Bytes of the namespace's rows at the last retention tick "
+            "(measured where max_retained_bytes is set).",
+            "max_retained_bytes": "The namespace's max_retained_bytes.",
+            "storage_blocked": "1 while max_retained_bytes blocks enqueues.",
+            "monthly_jobs": "Jobs enqueued this UTC month, as of the last roll-up tick.",
+            "monthly_jobs_quota": "The namespace's monthly_jobs_quota.",
+            "monthly_blocked": "1 while monthly_jobs_quota blocks enqueues.",
         }
         families = {
             k: GaugeMetricFamily(f"sluicegate_namespace_{k}", text, labels=["namespace"])
@@ -303,10 +320,25 @@ class _Gauges(Collector):
             )
             families["running"].add_metric([label], counts.total(ns, "running"))
             families["quota_unavailable"].add_metric([label], int(actor.broken is not None))
-            for cap in ("max_pending", "max_running"):
+            for cap in ("max_pending", "max_running", "max_retained_bytes", "monthly_jobs_quota"):
                 value = getattr(quota, cap, None)
                 if value is not None:
                     families[cap].add_metric([label], value)
+            if quota is None:
+                continue
+            if quota.max_retained_bytes is not None:
+                if actor.storage.measured is not None:
+                    families["retained_bytes"].add_metric([label], actor.storage.measured)
+                families["storage_blocked"].add_metric([label], int(actor.storage.held))
+            if quota.monthly_jobs_quota is not None:
+                now = self._core.clock.now_ms()
+                monthly = actor.monthly
+                families["monthly_jobs"].add_metric(
+                    [label], monthly.used if now < monthly.until_ms else 0
+                )
+                families["monthly_blocked"].add_metric(
+                    [label], int(monthly.exhausted(quota.monthly_jobs_quota, now))
+                )
         yield from families.values()
 
     def _budgets(self) -> Iterator[GaugeMetricFamily]:

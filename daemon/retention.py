@@ -39,6 +39,7 @@ from actors import lifecycle as lc
 from actors.errors import Refused
 from actors.ids import first_id
 from actors.retention import RetentionLeader
+from daemon import usage
 from daemon.store import queues as queue_sql
 from daemon.store import retention as store
 from daemon.store.database import Tx
@@ -96,6 +97,9 @@ class Retention:
                 return False
             await self._ttl_sweeps(deleted)
             await self._ceilings(deleted)
+            # After the deletions, so the figure is what stays (seed 001's storage quota).
+            queues = [(ns, q) for ns, q, _c, _d in queue_sql.all_queues(core.conn)]
+            await usage.measure_retained(core, queues)
         except _LeaseLost:
             self.held = False
             log.info("retention: the lease was taken over; this daemon stops sweeping")

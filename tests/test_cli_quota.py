@@ -23,6 +23,12 @@ NO_SOCKET = ("--socket", "/nonexistent/sluicegate.sock")
         (("--enqueue-rate", "-1/s"), "--enqueue-rate"),
         (("--on-excess", "shed"), "--on-excess"),
         (("--namespace", "bad name", "--max-pending", "1"), "--namespace"),
+        (("--request-rate", "100"), "--request-rate"),
+        (("--request-rate", "100,-1"), "--request-rate"),
+        (("--message-rate", "x,1"), "--message-rate"),
+        (("--message-rate", "1,nan"), "--message-rate"),
+        (("--monthly-jobs-quota", "-5"), "--monthly-jobs-quota"),
+        (("--retained-release-band", "1.5"), "--retained-release-band"),
     ],
 )
 def test_a_value_the_cli_can_reject_exits_2_naming_the_option(capsys, args, option):

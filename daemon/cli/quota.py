@@ -1,8 +1,8 @@
 """``sluice quota set|get|clear``: a namespace's quota document (seed 000).
 
 Each subcommand is one verb: ``set`` is ``quota_set`` (it replaces the whole
-document: a field not given is unset, that is unlimited, and fields only the
-API sets, such as the door limits, are dropped too), ``get`` is ``quota_get``,
+document: a field not given is unset, that is unlimited; the door limits of
+seed 001 have options too), ``get`` is ``quota_get``,
 ``clear`` is ``quota_clear``. ``--json`` prints that verb's result.
 ``--namespace NS`` names another namespace (the ``operator`` grant); without it
 the namespace is the token's.
@@ -17,6 +17,7 @@ message, as every command does.
 from __future__ import annotations
 
 import argparse
+import math
 import re
 from typing import Any
 
@@ -36,6 +37,19 @@ FIELDS = (
     ("max_archived_rows", "--max-archived-rows", "completed jobs kept (retention sweep)"),
     ("max_dead_rows", "--max-dead-rows", "dead letters kept (retention sweep)"),
 )
+#: Seed 001's door limits, set with ``quota set`` too (listed after the six above).
+DOOR_FIELDS = (
+    ("request_rate", "--request-rate", "requests: bucket CAPACITY,REFILL_PER_S, e.g. 100,20"),
+    ("message_rate", "--message-rate", "jobs in and out: bucket CAPACITY,REFILL_PER_S"),
+    ("max_item_bytes", "--max-item-bytes", "bytes of one job's payload as compact JSON"),
+    ("max_queues", "--max-queues", "queues of the namespace"),
+    ("max_retention_ms", "--max-retention-ms", "longest completed/dead TTL a queue may ask"),
+    ("max_waiting_claims", "--max-waiting-claims", "claim_next calls waiting at once"),
+    ("max_retained_bytes", "--max-retained-bytes", "stored bytes of the namespace's jobs"),
+    ("retained_release_band", "--retained-release-band",
+     "fraction under max_retained_bytes that releases its block (default 0.1)"),
+    ("monthly_jobs_quota", "--monthly-jobs-quota", "jobs enqueued per UTC calendar month"),
+)  # fmt: skip
 NO_QUOTA = "no quota: every limit is unlimited"
 
 
@@ -82,11 +96,15 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         "(unlimited); zero is a real limit. Needs the operator grant.",
     )
     _namespace_option(set_)
-    for field, option, help_text in FIELDS:
+    for field, option, help_text in FIELDS + DOOR_FIELDS:
         if field == "on_excess":
             set_.add_argument(option, dest=field, choices=("reject", "drop"), help=help_text)
         elif field == "enqueue_rate":
             set_.add_argument(option, dest=field, type=rate, metavar="N/UNIT", help=help_text)
+        elif field in ("request_rate", "message_rate"):
+            set_.add_argument(option, dest=field, type=bucket, metavar="C,R", help=help_text)
+        elif field == "retained_release_band":
+            set_.add_argument(option, dest=field, type=fraction, metavar="F", help=help_text)
         else:
             set_.add_argument(option, dest=field, type=count, metavar="N", help=help_text)
     set_.set_defaults(run=run_set)
@@ -96,6 +114,32 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     clear = verbs.add_parser("clear", parents=[common], help="remove the quota document: no limits")
     _namespace_option(clear)
     clear.set_defaults(run=run_clear)
+
+
+def bucket(text: str) -> dict[str, Any]:
+    """An argparse type: a door bucket ``CAPACITY,REFILL_PER_S`` (e.g. ``100,20``)."""
+    capacity, comma, refill = text.partition(",")
+    try:
+        value = {"capacity": count(capacity), "refill_per_s": float(refill)}
+    except (ValueError, argparse.ArgumentTypeError):
+        value = None
+    if not comma or value is None or not 0 <= value["refill_per_s"] < math.inf:
+        raise argparse.ArgumentTypeError(
+            f"must be CAPACITY,REFILL_PER_S (an integer and a number >= 0, e.g. 100,20), "
+            f"got {text!r}"
+        )
+    return value
+
+
+def fraction(text: str) -> float:
+    """An argparse type: a fraction from 0 to 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be a fraction from 0 to 1, got {text!r}")
+    return value
 
 
 def _namespace_option(parser: argparse.ArgumentParser) -> None:
@@ -113,7 +157,7 @@ def _scope(args: argparse.Namespace) -> dict[str, Any]:
 
 def document_of(args: argparse.Namespace) -> dict[str, Any]:
     """The document ``set`` sends: the options given; exit 2 if none."""
-    doc = {field: getattr(args, field) for field, _o, _h in FIELDS}
+    doc = {field: getattr(args, field) for field, _o, _h in FIELDS + DOOR_FIELDS}
     doc = {k: v for k, v in doc.items() if v is not None}
     if not doc:
         options = ", ".join(option for _f, option, _h in FIELDS)

@@ -23,7 +23,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import sqlite_utils
 import trio
@@ -95,6 +95,18 @@ class Tx:
         self._after.clear()
 
 
+class Pending(Protocol):
+    """Memory that a group's writes accumulate and that is written once per
+    transaction, just before its COMMIT (e.g. usage counts: one upsert per
+    group, not per write). A write's share is taken back with ``Tx.undo``."""
+
+    def flush(self, conn: sqlite3.Connection) -> None:
+        """Write what the transaction's writes accumulated (inside it)."""
+
+    def committed(self) -> None:
+        """The transaction committed: forget what was flushed."""
+
+
 #: Called once a write is settled: (result, None) after its commit, or (None, error).
 Done = Callable[[Any, BaseException | None], None]
 
@@ -135,6 +147,8 @@ class GroupCommit:
         self._closed = False
         self._deadline = 0.0
         self.after_commit: list[Callable[[], None]] = []
+        #: Flushed into every transaction just before its COMMIT.
+        self.pending: list[Pending] = []
         self.commits = 0
         self.writes = 0
 
@@ -264,6 +278,8 @@ class GroupCommit:
                     item.tx = tx
                     if careful:
                         conn.execute("RELEASE w")
+            for pending in self.pending:
+                pending.flush(conn)
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             if conn.in_transaction:
@@ -273,6 +289,8 @@ class GroupCommit:
             return True
         self.commits += 1
         self.writes += len(writes)
+        for pending in self.pending:
+            pending.committed()
         for item in writes:
             if item.tx is not None:
                 for effect in item.tx._after:

@@ -169,12 +169,37 @@ def _v5_policies(db: sqlite_utils.Database) -> None:
     )
 
 
+def _v6_usage(db: sqlite_utils.Database) -> None:
+    # Usage metering (seed 001's monthly quota): jobs enqueued per namespace
+    # and minute, rolled into days. ``rolled`` is how much of ``jobs`` the days
+    # hold already, so an increment landing after a roll-up is rolled next time.
+    db["usage_minutes"].create(
+        {"namespace": str, "minute": int, "jobs": int, "rolled": int},
+        pk=("namespace", "minute"),
+        not_null={"namespace", "minute", "jobs", "rolled"},
+        defaults={"rolled": 0},
+    )
+    db.execute("CREATE INDEX ix_usage_unrolled ON usage_minutes(minute) WHERE jobs > rolled")
+    db["usage_days"].create(
+        {"namespace": str, "day": int, "jobs": int},
+        pk=("namespace", "day"),
+        not_null={"namespace", "day", "jobs"},
+    )
+    # The highest monthly-quota level announced per namespace and UTC month.
+    db["usage_levels"].create(
+        {"namespace": str, "month": str, "level": int},
+        pk=("namespace", "month"),
+        not_null={"namespace", "month", "level"},
+    )
+
+
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _v1_jobs_settings_audit,
     _v2_budgets,
     _v3_parking,
     _v4_leader,
     _v5_policies,
+    _v6_usage,
 ]
 
 

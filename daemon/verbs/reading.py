@@ -112,18 +112,26 @@ def _quota(core: Core, namespace: str) -> dict[str, Any] | None:
     if actor.quota is None:
         return None
     counts = core.counts
-    return {
-        **actor.quota.to_dict(),
-        "usage": {
-            "pending": counts.total(namespace, lc.SCHEDULED) + counts.total(namespace, lc.PENDING),
-            "running": counts.total(namespace, lc.RUNNING),
-            "completed": counts.total(namespace, lc.COMPLETED),
-            "dead": counts.total(namespace, lc.DEAD),
-            "enqueue_tokens": None
-            if actor.rate is None
-            else actor.rate.available(core.clock.now_ms()),
-        },
+    now = core.clock.now_ms()
+    quota = actor.quota
+    monthly = actor.monthly
+    usage: dict[str, Any] = {
+        "pending": counts.total(namespace, lc.SCHEDULED) + counts.total(namespace, lc.PENDING),
+        "running": counts.total(namespace, lc.RUNNING),
+        "completed": counts.total(namespace, lc.COMPLETED),
+        "dead": counts.total(namespace, lc.DEAD),
+        "enqueue_tokens": None if actor.rate is None else actor.rate.available(now),
+        "waiting_claims": actor.waiting,
+        # The door's buckets now: tokens left (negative: in debt after deliveries).
+        "door": core.door.describe(namespace),
+        # Measured on ticks: None until the first measurement.
+        "retained_bytes": actor.storage.measured,
+        "storage_blocked": actor.storage.held and quota.max_retained_bytes is not None,
+        "monthly_jobs": monthly.used if now < monthly.until_ms else None,
+        "month": monthly.month if now < monthly.until_ms else None,
+        "monthly_blocked": monthly.exhausted(quota.monthly_jobs_quota, now),
     }
+    return {**quota.to_dict(), "usage": usage}
 
 
 @verb("status", ANY, NoArgs)

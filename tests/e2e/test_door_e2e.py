@@ -49,3 +49,28 @@ def test_shadow_mode_lets_the_burst_through_and_logs_would_block(make_daemon):
         lambda: "limits namespace=default limit=request_rate would_block=true" in daemon.log_text(),
         what="the would_block line",
     )
+
+
+def test_the_monthly_quota_blocks_over_http_and_a_restart_re_blocks(make_daemon):
+    daemon = make_daemon('rollup_interval = "1s"\n')
+    job = {"queue": "q", "type": "t", "payload": {}}
+    with daemon.client() as c:
+        c.ok("quota_set", quota={"monthly_jobs_quota": 2})
+        c.ok("enqueue_many", jobs=[job, job])
+        wait_until(lambda: c.ok("status")["quota"]["usage"]["monthly_blocked"],
+                   what="the roll-up tick")  # fmt: skip
+    expected = {
+        "error": "monthly_jobs_quota exceeded: 2 >= 2; the block lifts at the next calendar month",
+        "code": "quota_exceeded", "limit": "monthly_jobs_quota", "value": 2, "max": 2,
+    }  # fmt: skip
+    with daemon.http() as http:
+        reply = http.post("/jobs", json=job)
+        assert (reply.status_code, reply.json()) == (403, expected)
+        assert "retry-after" not in reply.headers  # a 403: retrying will not help
+    daemon.stop()
+    daemon.start()
+    with daemon.client() as c:  # the first tick runs at start: blocked again at once
+        wait_until(lambda: c.ok("status")["quota"]["usage"]["monthly_blocked"],
+                   what="the first tick")  # fmt: skip
+        assert c.error("enqueue", **job)["code"] == "quota_exceeded"
+    assert "limit=monthly_jobs_quota level=100 used=2 max=2" in daemon.log_text()

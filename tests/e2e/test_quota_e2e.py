@@ -123,6 +123,22 @@ def test_seed_000_command_line_sets_and_shows_the_document(daemon):
         assert got == {"quota": {"max_pending": 7, "on_excess": "reject"}, "source": "api"}
 
 
+def test_the_door_limits_are_set_from_the_command_line_too(daemon):
+    doc = ok_json(
+        daemon, "quota", "set", "--request-rate", "100,20", "--message-rate", "50,2.5",
+        "--max-item-bytes", "65536", "--max-queues", "10", "--max-retention-ms", "3600000",
+        "--max-waiting-claims", "4", "--max-retained-bytes", "1000000",
+        "--retained-release-band", "0.2", "--monthly-jobs-quota", "0",
+    )["quota"]  # fmt: skip
+    assert doc == {
+        "on_excess": "reject", "request_rate": {"capacity": 100, "refill_per_s": 20.0},
+        "message_rate": {"capacity": 50, "refill_per_s": 2.5}, "max_item_bytes": 65536,
+        "max_queues": 10, "max_retention_ms": 3600000, "max_waiting_claims": 4,
+        "max_retained_bytes": 1000000, "retained_release_band": 0.2, "monthly_jobs_quota": 0,
+    }  # fmt: skip
+    assert "\nmonthly_jobs_quota     0\n" in ok(daemon, "quota", "get")
+
+
 def test_a_document_that_does_not_decode_is_shown_and_fails_closed(daemon):
     ok(daemon, "quota", "set", "--max-pending", "5")
     # Another process sharing the database stores a document that does not decode;

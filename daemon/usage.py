@@ -1,0 +1,164 @@
+"""Usage in the daemon (seed 001): metering enqueues, the roll-up tick, retained bytes.
+
+- **Metering.** Every live job inserted (by any producer path, periodic fires
+  included; shed rows are not) is counted per namespace and minute in memory
+  during its write, and the group commit writes the sums in the same
+  transaction (:class:`Meter`): exact through a crash, one upsert per
+  namespace per commit.
+- **Roll-up tick** (:class:`Rollup`, every ``daemon.rollup_interval``, at
+  start so a restart re-blocks, and at the turn of each UTC month so the block
+  lifts on time): rolls minutes into days, prunes old minutes
+  (``daemon.usage_keep_days``) and days (:data:`KEEP_DAYS`), counts each
+  namespace's jobs this UTC month, and announces the monthly levels reached
+  (once per namespace and month, rising only: log, audit, metric). Every
+  daemon sharing the store ticks; the roll-up is idempotent and a level is
+  announced by whichever daemon records it first.
+- **Retained bytes** (:func:`measure_retained`), by the retention leader each
+  tick, for namespaces with ``max_retained_bytes`` only: the bytes of the
+  payload, result and error texts of all their rows, any state.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from typing import TYPE_CHECKING
+
+import trio
+
+from actors.errors import Refused
+from actors.ticker import Ticker
+from actors.usage import MonthlyUse, crossed, month_of
+from daemon.store import audit
+from daemon.store import usage as store
+from daemon.store.database import Tx
+
+if TYPE_CHECKING:
+    from daemon.core import Core
+
+log = logging.getLogger("sluicegate.limits")
+#: Daily usage rows are kept this long (13 months and a bit).
+KEEP_DAYS = 400
+DAY_MS = 86_400_000
+
+
+class Meter:
+    """Jobs enqueued per (namespace, minute) by the open transaction's writes."""
+
+    def __init__(self) -> None:
+        self._sums: dict[tuple[str, int], int] = {}
+
+    def note(self, tx: Tx, per_namespace: dict[str, int]) -> None:
+        """A write of ``tx`` inserted these live jobs (taken back if it rolls back)."""
+        minute = tx.now_ms // store.MINUTE_MS
+        sums = self._sums
+        for namespace, n in per_namespace.items():
+            key = (namespace, minute)
+            sums[key] = sums.get(key, 0) + n
+            tx.undo(lambda key=key, n=n: sums.__setitem__(key, sums[key] - n))
+
+    def flush(self, conn: sqlite3.Connection) -> None:
+        if self._sums:
+            store.meter(conn, [(ns, minute, n) for (ns, minute), n in self._sums.items() if n])
+
+    def committed(self) -> None:
+        self._sums.clear()
+
+
+class Rollup:
+    """The roll-up tick's work; run it with :meth:`ticker`."""
+
+    def __init__(self, core: Core) -> None:
+        self.core = core
+
+    def ticker(self) -> Ticker:
+        """The actor that runs this work; start it with ``nursery.start(x.run)``."""
+        return Ticker(self.core.clock, self)
+
+    def next_tick_ms(self, started_ms: int) -> int:
+        _month, _start, month_end = month_of(started_ms)
+        return min(started_ms + self.core.config.daemon.rollup_interval, month_end)
+
+    async def tick(self) -> None:
+        try:
+            await self.core.writer.write(self._roll)
+        except Refused as exc:  # a store error, or shutting down: the decisions stand
+            if exc.code != "shutting_down":
+                log.error("usage roll-up failed: %s", exc.message)
+
+    def _roll(self, tx: Tx) -> None:
+        core, conn, now = self.core, tx.conn, tx.now_ms
+        keep_minutes = core.config.daemon.usage_keep_days * 1440
+        store.roll_up(conn, now // store.MINUTE_MS - keep_minutes, now // DAY_MS - KEEP_DAYS)
+        month, start, end = month_of(now)
+        totals = store.month_totals(conn, start, end)
+        announced: list[tuple[str, int, int, int]] = []
+        for actor in core.namespaces.known():
+            quota = actor.quota.monthly_jobs_quota if actor.quota is not None else None
+            if quota is None:
+                continue
+            used = totals.get(actor.namespace, 0)
+            before = store.announced_level(conn, actor.namespace, month)
+            levels = crossed(used, quota, before)
+            if not levels:
+                continue
+            store.announce_level(conn, actor.namespace, month, levels[-1])
+            audit.record(
+                conn, at=now, actor="daemon", namespace=actor.namespace, target_kind="namespace",
+                target=actor.namespace, action="monthly_level", before={"level": before},
+                after={"level": levels[-1], "used": used, "monthly_jobs_quota": quota,
+                       "month": month},
+            )  # fmt: skip
+            announced += [(actor.namespace, level, used, quota) for level in levels]
+
+        def effect() -> None:
+            for namespace in {*totals, *(a.namespace for a in core.namespaces.known())}:
+                used = totals.get(namespace, 0)
+                core.namespaces.get(namespace).monthly = MonthlyUse(month, used, end)
+            for namespace, level, used, quota in announced:
+                log.log(
+                    logging.WARNING if level >= 100 else logging.INFO,
+                    "limits namespace=%s limit=monthly_jobs_quota level=%d used=%d max=%d "
+                    "month=%s", namespace, level, used, quota, month,
+                )  # fmt: skip
+                core.metrics.monthly_level(namespace, level)
+
+        tx.after(effect)
+
+
+async def measure_retained(core: Core, queues: list[tuple[str, str]]) -> None:
+    """Measure the retained bytes of each namespace with ``max_retained_bytes`` over
+    ``queues`` (every queue in the store), and update its storage block.
+
+    Reads go window by window (``retention.batch`` rows), letting the loop run
+    between them. Namespaces without the limit are not read; their block clears.
+    """
+    per_namespace: dict[str, list[str]] = {}
+    for namespace, queue in queues:
+        per_namespace.setdefault(namespace, []).append(queue)
+    batch = core.config.retention.batch
+    for actor in core.namespaces.known():
+        quota = actor.quota
+        cap = quota.max_retained_bytes if quota is not None else None
+        if cap is None:
+            actor.storage.measure(None, None, None)
+            continue
+        total = 0
+        for queue in per_namespace.get(actor.namespace, []):
+            after = ""
+            while True:
+                last, n, size = store.retained_window(core.conn, actor.namespace, queue, after,
+                                                      batch)  # fmt: skip
+                total += size
+                if n < batch or last is None:
+                    break
+                after = last
+                await trio.lowlevel.checkpoint()  # other requests run between windows
+        assert quota is not None
+        if actor.storage.measure(total, quota.max_retained_bytes, quota.retained_release_band):
+            held = actor.storage.held
+            log.log(
+                logging.WARNING if held else logging.INFO,
+                "limits namespace=%s limit=max_retained_bytes %s retained_bytes=%d max=%d",
+                actor.namespace, "blocks" if held else "releases", total, cap,
+            )  # fmt: skip
