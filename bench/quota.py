@@ -34,7 +34,7 @@ DOOR = {
     "request_rate": {"capacity": 10**9, "refill_per_s": 10**9},
     "message_rate": {"capacity": 10**9, "refill_per_s": 10**9},
     "max_item_bytes": 1 << 20, "max_queues": 10**6, "max_retention_ms": 10**12,
-    "max_waiting_claims": 10**6,
+    "max_waiting_claims": 10**6, "max_retained_bytes": 10**15, "monthly_jobs_quota": 10**12,
 }  # fmt: skip
 
 

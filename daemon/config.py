@@ -212,7 +212,11 @@ class Config:
 # Durations are plain ints in the type system; mark their fields by name.
 _DURATION_FIELDS = {
     DaemonConfig: {
-        "lease", "rollup_interval", "shutdown_grace", "loop_probe", "http_header_timeout",
+        "lease",
+        "rollup_interval",
+        "shutdown_grace",
+        "loop_probe",
+        "http_header_timeout",
     },
     RetentionConfig: {"completed_ttl", "dead_ttl", "interval"},
     PeriodicConfig: {"every", "lease_ms"},

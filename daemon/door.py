@@ -120,18 +120,26 @@ class Door:
     def request(self, namespace: str) -> None:
         """One authenticated request of ``namespace`` (after auth, before the verb)."""
         self._charge(namespace, "request_rate", 1)
-        self._sweep(self._core.clock.now_ms())
+        if self._core.clock.now_ms() - self._swept_at >= SWEEP_EVERY_MS:
+            self._sweep(self._core.clock.now_ms())
 
-    def enqueue(self, namespace: str, payloads: list[Any]) -> None:
-        """A call enqueuing jobs with these payloads: size cap, then messages."""
+    def enqueue(self, namespace: str, payloads: list[Any]) -> list[str] | None:
+        """A call enqueuing jobs with these payloads: size cap, blocks, then messages.
+
+        Returns the payloads' JSON texts when the size cap measured them (the
+        store writes those same texts), else None.
+        """
         actor = self._core.namespaces.get(namespace)
         quota = actor.quota
         if quota is None:
-            return
+            return None
         cap = quota.max_item_bytes
+        texts = None
         if cap is not None:
-            for payload in payloads:
-                size = len(dumps(payload).encode())
+            texts = [dumps(payload) for payload in payloads]
+            for text in texts:
+                # An ASCII str knows it is ASCII: its length is its size in bytes.
+                size = len(text) if text.isascii() else len(text.encode())
                 if size > cap:  # hard, even in shadow mode
                     self._core.metrics.door_decision("max_item_bytes", "blocked")
                     raise Refused(
@@ -155,6 +163,7 @@ class Door:
                 "next calendar month",
             )  # fmt: skip
         self._charge(namespace, "message_rate", len(payloads))
+        return texts
 
     def _capped(self, namespace: str, limit: str, value: int, cap: int, message: str) -> None:
         """A cap (403 ``quota_exceeded``) that shadow mode lets through, logged."""

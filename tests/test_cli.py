@@ -292,3 +292,21 @@ def test_dead_replay_all_goes_in_batches_with_progress(daemon):
 def test_help_exits_zero(args):
     proc = sluice(*args)
     assert proc.returncode == 0 and proc.stdout.startswith("usage: sluice")
+
+
+def test_the_cli_retries_as_the_sdk_does_and_one_setting_changes_both(monkeypatch, capsys):
+    from daemon.cli.context import Context
+    from daemon.cli.main import build_parser
+
+    monkeypatch.delenv("SLUICEGATE_CALL_ATTEMPTS", raising=False)
+    default = Context.from_args(build_parser().parse_args(["status"])).retry_policy()
+    assert (default.limit(waiting=False), default.limit(waiting=True)) == (10, None)
+    given = Context.from_args(build_parser().parse_args(["status", "--call-attempts", "4"]))
+    policy = given.retry_policy()
+    assert policy.limit(waiting=False) == policy.limit(waiting=True) == 4
+    monkeypatch.setenv("SLUICEGATE_CALL_ATTEMPTS", "2")
+    assert Context.from_args(build_parser().parse_args(["status"])).max_attempts == 2
+    monkeypatch.setenv("SLUICEGATE_CALL_ATTEMPTS", "zero")
+    assert main(["status", "--socket", "/nonexistent.sock"]) == 2
+    assert "$SLUICEGATE_CALL_ATTEMPTS must be an integer of at least 1" in capsys.readouterr().err
+    assert main(["status", "--call-attempts", "0"]) == 2

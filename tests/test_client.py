@@ -27,6 +27,7 @@ from daemon.client import (
     LeaseLost,
     NotFound,
     QueueFull,
+    QuotaExceeded,
     RateLimited,
     RetryPolicy,
     ShuttingDown,
@@ -238,6 +239,26 @@ async def test_a_waiting_claim_rides_out_any_number_of_429s(autojump_clock):
                     await client.claim_next(["q"])
     assert len(seen) == 25
     assert 14 * 5 * 0.8 <= seen[14][0] - seen[0][0] <= 14 * 5 * 1.2
+
+
+async def test_a_403_surfaces_at_once_with_its_code_for_the_caller_to_branch_on(autojump_clock):
+    client_stream, server_stream = trio.testing.memory_stream_pair()
+    monthly = {"ok": False, "error": {
+        "code": "quota_exceeded", "status": 403, "limit": "monthly_jobs_quota", "value": 9,
+        "max": 9, "message": "monthly_jobs_quota exceeded: 9 >= 9; the block lifts at the next "
+        "calendar month"}}  # fmt: skip
+    seen: list[tuple[float, dict]] = []
+    with trio.fail_after(120):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_fake_daemon, server_stream, [monthly], seen)
+            async with TrioClient.over(client_stream) as client:
+                started = trio.current_time()
+                with pytest.raises(QuotaExceeded) as caught:
+                    await client.enqueue("q", "t")
+                assert trio.current_time() == started  # no wait, no second attempt
+    assert len(seen) == 1 and not caught.value.retryable
+    assert (caught.value.code, caught.value.status, caught.value.limit) == (
+        "quota_exceeded", 403, "monthly_jobs_quota")  # fmt: skip
 
 
 def test_sync_client_retries_through_its_sleep_function():

@@ -10,6 +10,8 @@ anything the CLI rejects itself (exit 2) and let daemon refusals
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -18,12 +20,13 @@ from typing import Any
 import attrs
 
 from daemon.cli.output import emit_json
+from daemon.sdk.errors import SluicegateError
 from daemon.sdk.paths import resolve_socket
 from daemon.sdk.retry import RetryPolicy
 from daemon.sdk.sync_client import Client
 
-#: Attempts of a one-shot command's call when the daemon answers 429.
-CLI_ATTEMPTS = 3
+#: Overrides the attempts of every call, like ``--call-attempts``.
+ATTEMPTS_ENV = "SLUICEGATE_CALL_ATTEMPTS"
 
 
 class UsageError(Exception):
@@ -64,7 +67,25 @@ def global_options() -> argparse.ArgumentParser:
     group.add_argument(
         "--json", action="store_true", default=s, help="print exactly one JSON document: the result"
     )
+    group.add_argument(
+        "--call-attempts",
+        type=_attempts,
+        metavar="N",
+        default=s,
+        help="attempts of a call the daemon answers 429 (default: $SLUICEGATE_CALL_ATTEMPTS, "
+        "else 10, and unbounded for the waiting claims of `work`); N applies to both",
+    )
     return common
+
+
+def _attempts(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer of at least 1, got {text!r}")
+    return value
 
 
 @attrs.frozen
@@ -75,16 +96,31 @@ class Context:
     token: str | None = None
     config: str | None = None
     json: bool = False
+    #: Attempts of every call (None: the SDK's defaults, seed 001).
+    max_attempts: int | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Context:
-        """The context the parsed ``args`` describe."""
+        """The context the parsed ``args`` describe (``--call-attempts`` falls back
+        to ``$SLUICEGATE_CALL_ATTEMPTS``; a bad value there is a usage error)."""
+        attempts = getattr(args, "call_attempts", None)
+        if attempts is None and os.environ.get(ATTEMPTS_ENV):
+            try:
+                attempts = _attempts(os.environ[ATTEMPTS_ENV])
+            except argparse.ArgumentTypeError as exc:
+                raise UsageError(f"${ATTEMPTS_ENV} {exc}") from None
         return cls(
             socket=getattr(args, "socket", None),
             token=getattr(args, "token", None),
             config=getattr(args, "config", None),
             json=bool(getattr(args, "json", False)),
+            max_attempts=attempts,
         )
+
+    def retry_policy(self) -> RetryPolicy:
+        """Seed 001's policy: 429 only, Retry-After with ±20% jitter, else backoff
+        from 500 ms to 30 s; 10 attempts, unbounded for waiting claims."""
+        return RetryPolicy(max_attempts=self.max_attempts)
 
     def socket_path(self) -> Path:
         """Where the daemon's socket is (may raise ``ConfigError``)."""
@@ -93,11 +129,12 @@ class Context:
     def client(self, **options: Any) -> Client:
         """A blocking client connected to the daemon.
 
-        A one-shot command retries a 429 (``queue_full``, ``rate_limited``) a
-        couple of times only, then reports it: a person at a terminal wants
-        the answer, not ten backoffs.
+        A call the daemon answers 429 (``queue_full``, ``rate_limited``, ...) is
+        retried as the SDK does (:meth:`retry_policy`), each wait said on
+        stderr, so a person at a terminal sees why it pauses.
         """
-        options.setdefault("retry", RetryPolicy(max_attempts=CLI_ATTEMPTS))
+        options.setdefault("retry", self.retry_policy())
+        options.setdefault("on_retry", _say_retry)
         path = self.socket_path()
         try:
             return Client(path, token=self.token, client_name="sluice", **options)
@@ -126,6 +163,7 @@ class Context:
             stream = await trio.open_unix_socket(str(path))
         except OSError as exc:
             raise CannotConnect(_why(path, exc)) from None
+        options.setdefault("retry", self.retry_policy())
         async with TrioClient.over(
             stream, token=self.token, client_name="sluice", **options
         ) as client:
@@ -135,3 +173,8 @@ class Context:
 def _why(path: Path, exc: OSError) -> str:
     hint = " (is the daemon running? start it with: sluice serve)"
     return f"cannot connect to {path}: {exc.strerror or exc}{hint}"
+
+
+def _say_retry(error: SluicegateError, attempt: int, delay: float) -> None:
+    print(f"sluice: {error.code}: {error.message}; trying again in {delay:.1f} s "
+          f"(attempt {attempt + 1})", file=sys.stderr, flush=True)  # fmt: skip

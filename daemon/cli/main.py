@@ -88,8 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     if command is not None and not getattr(args, "takes_command", False):
         return _fail(f"{args.command}: unexpected arguments after --", 2)
     args.command_argv = command or []
-    ctx = Context.from_args(args)
     try:
+        ctx = Context.from_args(args)
         return args.run(ctx, args)
     except UsageError as exc:
         return _fail(str(exc), 2)

@@ -38,6 +38,8 @@ from daemon.sdk.retry import RetryPolicy
 
 EventCallback = Callable[[dict[str, Any]], None]
 RECEIVE_BYTES = 65536
+#: Told of a refused attempt about to be retried: (error, attempt from 1, delay in s).
+RetryCallback = Callable[[SluicegateError, int, float], None]
 #: ``result``'s default timeout: the client's own.
 CLIENT_TIMEOUT: Any = object()
 
@@ -49,7 +51,8 @@ class Client:
     :mod:`daemon.sdk.paths` describes; with a token the client says ``hello``
     on connect. ``timeout`` bounds the wait for each answer (a waiting claim
     gets its ``wait_ms`` on top); None waits forever. ``sleep`` is how retries
-    wait (tests pass a recorder). ``sock`` is an already connected socket to
+    wait (tests pass a recorder); ``on_retry(error, attempt, delay)`` is told
+    before each wait (the CLI prints it). ``sock`` is an already connected socket to
     use instead of resolving and connecting one.
     """
 
@@ -65,6 +68,7 @@ class Client:
         on_event: EventCallback | None = None,
         sleep: Callable[[float], None] = time.sleep,
         sock: stdsocket.socket | None = None,
+        on_retry: RetryCallback | None = None,
     ) -> None:
         self.path: Path | None = None
         self.timeout = timeout
@@ -73,6 +77,7 @@ class Client:
         #: Events received while no ``on_event`` callback is set (the newest 1000).
         self.events: deque[dict[str, Any]] = deque(maxlen=1000)
         self._sleep = sleep
+        self._on_retry = on_retry
         self._proto = ClientProtocol()
         self._answers: dict[int, Answer] = {}
         self._lost: SluicegateError | None = None
@@ -156,7 +161,10 @@ class Client:
             except SluicegateError as exc:
                 if not self.retry.should_retry(exc, attempt, waiting=waiting):
                     raise
-                self._sleep(self.retry.delay(attempt, exc.retry_after))
+                delay = self.retry.delay(attempt, exc.retry_after)
+                if self._on_retry is not None:
+                    self._on_retry(exc, attempt, delay)
+                self._sleep(delay)
                 attempt += 1
 
     def next_event(self, timeout: float | None = None) -> dict[str, Any] | None:

@@ -141,14 +141,15 @@ def check_cost(budget: Budget, cost: int) -> None:
 
 
 def _enqueue_one(
-    core: Core, tx: Tx, call: Call, a: EnqueueArgs, new_rows: list[sql.Row]
-) -> dict[str, Any]:
+    core: Core, tx: Tx, call: Call, a: EnqueueArgs, new_rows: list[sql.Row],
+    text: str | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """Enqueue one job of a call; new rows without a unique key are inserted later,
     all at once, by the caller (rows with one go in at once, so a later job of
     the same call sees the key)."""
     now = tx.now_ms
     namespace = call.namespace
-    payload = sql.dumps(a.payload)
+    payload = sql.dumps(a.payload) if text is None else text
     if a.unique_key is not None:
         live = sql.find_live_unique(tx.conn, namespace, a.queue, a.unique_key)
         if live is not None:
@@ -203,7 +204,7 @@ def enqueue_write(core: Core, call: Call, jobs: list[EnqueueArgs]) -> Callable[[
         call.scope(job.queue)
     if core.draining:
         raise Refused("shutting_down", "the daemon is shutting down")
-    core.door.enqueue(call.namespace, [job.payload for job in jobs])
+    texts = core.door.enqueue(call.namespace, [job.payload for job in jobs])
     core.door.new_queues(call.namespace, {job.queue for job in jobs})
 
     def write(tx: Tx) -> list[dict[str, Any]]:
@@ -212,7 +213,7 @@ def enqueue_write(core: Core, call: Call, jobs: list[EnqueueArgs]) -> Callable[[
         live, reason = quotas.admit(core, tx, call.namespace, len(jobs), jobs[0].queue)
         new_rows: list[sql.Row] = []
         results = [
-            _enqueue_one(core, tx, call, job, new_rows) if i < live
+            _enqueue_one(core, tx, call, job, new_rows, texts[i] if texts else None) if i < live
             else _shed_one(core, tx, call, job, reason or "", new_rows)
             for i, job in enumerate(jobs)
         ]  # fmt: skip

@@ -448,9 +448,28 @@ def test_tokens_mode_operator_writes_owner_reads(make_daemon, connect):
     assert ok_json(d, "quota", "get", token=OWNER) == {"quota": None, "source": None}
 
 
-def test_the_cli_reports_a_full_queue_after_a_few_tries(daemon):
+def test_the_cli_retries_a_429_as_the_sdk_does_and_says_so(daemon):
     ok(daemon, "quota", "set", "--max-pending", "1")
     ok(daemon, "enqueue", "q", "t")
-    message = refused(daemon, "enqueue", "q", "t")  # 3 attempts, about 1.5 s, then exit 1
-    assert "queue_full" in message
-    assert "queue 'q' is full: 1 pending >= max_pending 1" in message
+    # 3 attempts (backoff about 0.5 s, then 1 s), then exit 1 with the code.
+    stderr = refused(daemon, "enqueue", "q", "t", "--call-attempts", "3").splitlines()
+    full = "queue_full: queue 'q' is full: 1 pending >= max_pending 1"
+    assert len(stderr) == 3 and stderr[-1] == f"sluice: {full}"
+    for line, attempt in zip(stderr, (2, 3), strict=False):
+        assert line.startswith(f"sluice: {full}; trying again in ")
+        assert line.endswith(f" s (attempt {attempt})")
+    # A 403 is not retried: it surfaces at once with its code.
+    ok(daemon, "quota", "set", "--max-queues", "1")
+    stderr = refused(daemon, "enqueue", "other", "t").splitlines()
+    assert stderr == ["sluice: quota_exceeded: max_queues exceeded: 2 > 1"]
+
+
+def test_the_cli_honours_retry_after_and_then_succeeds(daemon):
+    ok(daemon, "quota", "set", "--request-rate", "1,0.5")  # one request each 2 s
+    ok(daemon, "quota", "get")  # spends the token (a token's hello is free)
+    proc = sluice(daemon, "enqueue", "q", "t")  # refused once, retry_after 1-2, then lands
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.startswith("sluice: rate_limited: request rate limit exceeded; "
+                                  "trying again in ")  # fmt: skip
+    delay = float(proc.stderr.split("trying again in ")[1].split()[0])
+    assert 0.8 <= delay <= 2.4  # Retry-After 1 or 2 s (by the time it asks), ±20% jitter

@@ -92,7 +92,13 @@ async def test_the_size_cap_measures_compact_json_and_holds_in_shadow_mode(
         assert over.details == {"limit": "max_item_bytes", "value": 7, "max": 6}
         # Non-ASCII is counted as its UTF-8 bytes, unescaped: "é" is 2 bytes + 2 quotes.
         await door(core, max_item_bytes=4)
-        await call(core, "enqueue", queue="q", type="t", payload="é")
+        job = (await call(core, "enqueue", queue="q", type="t", payload="é"))["job"]
+        assert job["payload"] == "é"  # the measured text is the one stored
+        assert core.conn.execute("SELECT payload FROM jobs WHERE id = ?",
+                                 (job["id"],)).fetchone() == ('"é"',)  # fmt: skip
+        await door(core, max_item_bytes=3)  # 3 characters, but 4 bytes
+        over = await refused(call(core, "enqueue", queue="q", type="t", payload="é"))
+        assert over.details == {"limit": "max_item_bytes", "value": 4, "max": 3}
 
 
 async def test_shadow_mode_logs_and_counts_and_lets_it_through(tmp_path, autojump_clock, caplog):
