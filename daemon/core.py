@@ -24,6 +24,7 @@ from actors.reaper import DelayTimer, LeaseReaper
 from actors.router import ClaimRouter
 from actors.watcher import SettingsWatcher
 from daemon import __version__, quotas, retention, usage
+from daemon.board.history import History
 from daemon.budget_dispatch import BudgetDispatch
 from daemon.config import Config
 from daemon.door import Door
@@ -58,6 +59,7 @@ class Core:
         self.counts = QueueCounts()
         self.ids = IdMint()
         self.metrics = Metrics(config.daemon.metrics_max_queues)
+        self.history = History()  # the board's pictures (bounded, in memory)
         self.reaper = LeaseReaper(clock, _Lapsed(self))
         self.delay_timer = DelayTimer(clock, _Due(self))
         self.started_at = clock.now_ms()
@@ -303,6 +305,7 @@ class Core:
                 self.counts.move(key, lc.PENDING, lc.RUNNING, len(seconds))
                 self.metrics.moved(key[1], lc.PENDING, lc.RUNNING, len(seconds))
                 self.metrics.claim_waits(key[1], seconds)
+                self.history.claimed(key, len(seconds), now)
             self.reaper.note(earliest)
 
         tx.after(effect)

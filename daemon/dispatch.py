@@ -3,7 +3,9 @@
 1. naming another namespace without ``operator``: ``forbidden``;
 2. a verb the session is not granted: ``forbidden``;
 3. arguments structured strictly (``invalid_argument`` naming the field);
-4. the verb itself checks queue scope and ownership of what it names.
+4. the verb itself checks queue scope and ownership of what it names;
+5. an admin write, once planned, takes a token of its caller's admin write
+   bucket (:mod:`daemon.admin_limit`).
 
 :func:`prepare` does the checks and plans the call; :func:`dispatch` runs the
 plan to its answer (HTTP); the socket runs plans itself, submitting their writes
@@ -16,6 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from actors.errors import Refused, internal_error, invalid
+from daemon.admin_limit import ADMIN_WRITES, admin_writes
 from daemon.session import Session
 from daemon.verbs import VERBS, Call
 from daemon.verbs.table import Later, Plan
@@ -34,10 +37,15 @@ def prepare(
     *,
     events: EventSink | None = None,
     owner: object = None,
+    client: str | None = None,
+    door: bool = True,
 ) -> Plan:
     """Check a call and plan verb ``op`` with ``args`` (without ``id``/``op``).
 
-    Synchronous: every refusal that needs no write is raised here.
+    Synchronous: every refusal that needs no write is raised here. ``client``
+    names an HTTP caller in open mode (its address), for the admin write limit.
+    ``door=False`` skips the request bucket: the board charges one token per
+    page, not one per verb it reads with.
     """
     verb = VERBS.get(op) if isinstance(op, str) else None
     if verb is None:
@@ -55,17 +63,20 @@ def prepare(
             if not session.has("operator"):
                 raise Refused("forbidden", "naming another namespace needs the operator grant")
             namespace = target
-    if verb.name != "hello":
+    if door and verb.name != "hello":
         core.door.request(namespace)  # one token per authenticated request
     if verb.grants and not any(session.has(g) for g in verb.grants):
         raise Refused("forbidden", f"this token is not granted {verb.name!r}")
     parsed = structure(args, verb.args)
     try:
-        return verb.plan(core, Call(session, namespace, events, owner), parsed)
+        plan = verb.plan(core, Call(session, namespace, events, owner), parsed)
     except Refused:
         raise
     except Exception as exc:
         raise internal_error(exc) from exc
+    if verb.name in ADMIN_WRITES:
+        admin_writes(core).charge(session, client)
+    return plan
 
 
 def answer(plan: Plan, result: Any) -> dict[str, Any] | Later:
@@ -86,9 +97,10 @@ async def dispatch(
     *,
     events: EventSink | None = None,
     owner: object = None,
+    client: str | None = None,
 ) -> dict[str, Any]:
     """Run verb ``op`` for ``session`` to its answer (the HTTP transport, tests)."""
-    plan = prepare(core, session, op, args, events=events, owner=owner)
+    plan = prepare(core, session, op, args, events=events, owner=owner, client=client)
     result = await core.writer.write(plan.write) if plan.write is not None else None
     reply = answer(plan, result)
     if isinstance(reply, Later):

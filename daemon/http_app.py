@@ -4,17 +4,20 @@ Routes (PROTOCOL.md, HTTP transport): ``POST /v1/ops/<verb>`` for every verb,
 the REST faces ``POST /jobs``, ``GET /jobs/{id}``, ``GET /jobs``, and
 ``GET /healthz``, ``GET /metrics``, ``GET /`` (the board), budgets, the quota,
 and queue admission policies (``GET /api/v1/admission``, ``GET|PUT|DELETE
-/api/v1/admission/{queue}``, PUT bodies at most 16 KiB). Bodies and answers
-are JSON or msgpack by ``Content-Type``/``Accept``. A refusal answers its
-status with ``{"error": message, "code": code, ...details}`` and, for a 429,
-a ``Retry-After`` header.
+/api/v1/admission/{queue}``, PUT bodies at most 16 KiB), and ``GET
+/openapi.json`` (:mod:`daemon.openapi`). Bodies and answers are JSON or
+msgpack by ``Content-Type``/``Accept`` (:mod:`daemon.http_body`). A refusal
+answers its status with ``{"error": message, "code": code, ...details}`` and,
+for a 429, a ``Retry-After`` header. The server wraps this app in
+:class:`daemon.http_guard.HttpGuard` (security headers, cross-site refusal).
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import parse_qs
 
 import msgpack
@@ -23,7 +26,10 @@ import trio
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from actors.errors import Refused, internal_error, invalid
+from daemon.board.app import board_app
 from daemon.dispatch import dispatch
+from daemon.http_body import JSON, MSGPACK, UnsupportedMediaType, read_body
+from daemon.openapi import openapi_document
 from daemon.session import Session
 
 if TYPE_CHECKING:
@@ -45,10 +51,23 @@ _BUDGET_VERBS = {
     "PATCH": ("budget_patch", 200),
     "DELETE": ("budget_delete", 204),
 }
-#: An oversized body up to this size is read and dropped before the 413 goes out.
-MAX_DISCARD = 16 * MAX_BODY
-JSON = "application/json"
-MSGPACK = "application/msgpack"
+#: Paths with fixed methods, for 405's ``Allow`` header (prefix routes below).
+_ALLOW = {
+    "/jobs": "GET, POST", "/healthz": "GET", "/metrics": "GET",
+    "/openapi.json": "GET", "/budgets": "GET", "/api/v1/quota": "GET, PUT, DELETE",
+    ADMISSION: "GET",
+}  # fmt: skip
+_ALLOW_PREFIX = {
+    "/jobs/": "GET", "/v1/ops/": "POST", "/budgets/": "GET, POST, PUT, PATCH, DELETE",
+    ADMISSION + "/": "GET, PUT, DELETE",
+}  # fmt: skip
+
+
+class Caller(NamedTuple):
+    """Who makes an HTTP request: the session, and (open mode) the client's address."""
+
+    session: Session
+    client: str | None
 
 
 class Reply:
@@ -69,6 +88,8 @@ def refusal_reply(refused: Refused) -> Reply:
     headers = {}
     if "retry_after" in details:
         headers["retry-after"] = str(details["retry_after"])
+    if refused.status == 401:
+        headers["www-authenticate"] = "Bearer"
     return Reply(refused.status, {"error": refused.message, "code": refused.code, **details},
                  headers)  # fmt: skip
 
@@ -78,6 +99,8 @@ class HttpApp:
 
     def __init__(self, core: Core) -> None:
         self.core = core
+        self.board = board_app(core)  # the operator board: GET / and /board/...
+        self._openapi: bytes | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -85,12 +108,17 @@ class HttpApp:
             return
         if scope["type"] != "http":
             return
+        if scope["path"] == "/" or scope["path"].startswith("/board"):
+            await self.board(scope, receive, send)
+            return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         accept_msgpack = MSGPACK in headers.get("accept", "")
         try:
             reply = await self._route(scope, receive, headers)
         except Refused as refused:
             reply = refusal_reply(refused)
+        except UnsupportedMediaType as exc:
+            reply = Reply(exc.status, exc.body())
         except Exception as exc:
             reply = refusal_reply(internal_error(exc))
         if reply is not None:  # None: the client left before the answer
@@ -104,74 +132,80 @@ class HttpApp:
             return self._metrics(headers)
         if path == "/" and method == "GET":
             return Reply(200, raw=_BOARD, content_type="text/html; charset=utf-8")
-        session = self._session(headers)
+        if path == "/openapi.json" and method == "GET":
+            return self._openapi_reply()
+        caller = self._caller(scope, headers)
         query = {k: v[-1] for k, v in parse_qs(scope.get("query_string", b"").decode()).items()}
         if path.startswith("/v1/ops/") and method == "POST":
-            body = await _read_body(receive, headers)
+            body = await read_body(receive, headers, MAX_BODY)
             op = path[len("/v1/ops/") :]
-            result = await _unless_gone(receive, lambda: self._call(session, op, body))
+            result = await _unless_gone(receive, lambda: self._call(caller, op, body))
             return None if result is None else Reply(200, result)
         if path == "/jobs":
             if method == "POST":
-                return await self._post_jobs(session, await _read_body(receive, headers))
+                body = await read_body(receive, headers, MAX_BODY)
+                return await self._post_jobs(caller, body)
             if method == "GET":
                 args: dict[str, Any] = {
                     k: v for k, v in query.items() if k in ("queue", "status", "after", "namespace")
                 }
                 if "limit" in query:
                     args["limit"] = _int_param("limit", query["limit"])
-                return Reply(200, await self._call(session, "list", args))
+                return Reply(200, await self._call(caller, "list", args))
         if path.startswith("/jobs/") and method == "GET":
             args = {"job_id": path[len("/jobs/") :]}
             if "namespace" in query:
                 args["namespace"] = query["namespace"]
-            return Reply(200, (await self._call(session, "get", args))["job"])
+            return Reply(200, (await self._call(caller, "get", args))["job"])
         if path == "/budgets" and method == "GET":
             scoped = {"namespace": query["namespace"]} if "namespace" in query else {}
-            return Reply(200, await self._call(session, "budget_list", scoped))
+            return Reply(200, await self._call(caller, "budget_list", scoped))
         if path.startswith("/budgets/") and method in _BUDGET_VERBS:
-            return await self._budget(session, method, path[len("/budgets/") :], query, receive,
+            return await self._budget(caller, method, path[len("/budgets/") :], query, receive,
                                       headers)  # fmt: skip
         if path == "/api/v1/quota" and method in ("GET", "PUT", "DELETE"):
-            return await self._quota(session, method, query, receive, headers)
+            return await self._quota(caller, method, query, receive, headers)
         if path == ADMISSION and method == "GET":
             scoped = {"namespace": query["namespace"]} if "namespace" in query else {}
-            return Reply(200, await self._call(session, "policy_list", scoped))
+            return Reply(200, await self._call(caller, "policy_list", scoped))
         if path.startswith(ADMISSION + "/") and method in ("GET", "PUT", "DELETE"):
-            return await self._admission(session, method, path[len(ADMISSION) + 1 :], query,
+            return await self._admission(caller, method, path[len(ADMISSION) + 1 :], query,
                                          receive, headers)  # fmt: skip
-        known = path in ("/jobs", "/healthz", "/metrics", "/", "/budgets", "/api/v1/quota",
-                         ADMISSION)  # fmt: skip
-        if known or path.startswith(("/jobs/", "/v1/ops/", "/budgets/", ADMISSION + "/")):
-            return Reply(405, {"error": f"method {method} not allowed", "code": "invalid_argument"})
+        allow = _ALLOW.get(path) or next(
+            (methods for prefix, methods in _ALLOW_PREFIX.items() if path.startswith(prefix)), None
+        )
+        if allow is not None:
+            return Reply(405, {"error": f"method {method} not allowed", "code": "invalid_argument"},
+                         {"allow": allow})  # fmt: skip
         return Reply(404, {"error": f"no route {path}", "code": "not_found"})
 
-    async def _budget(self, session: Session, method: str, key: str, query: dict[str, str],
+    async def _budget(self, caller: Caller, method: str, key: str, query: dict[str, str],
                       receive: Receive, headers: dict[str, str]) -> Reply:  # fmt: skip
         """Seed 003's budget routes: the bare budget object, 201 on create, 204 on delete."""
         verb, status = _BUDGET_VERBS[method]
-        body = await _read_body(receive, headers) if method in ("POST", "PUT", "PATCH") else {}
+        writes = method in ("POST", "PUT", "PATCH")
+        body = await read_body(receive, headers, MAX_BODY) if writes else {}
         if not isinstance(body, dict):
             raise Refused("bad_frame", "the body must be a JSON object")
         args = {**body, "key": key}
         if "namespace" in query:
             args["namespace"] = query["namespace"]
-        result = await self._call(session, verb, args)
+        result = await self._call(caller, verb, args)
         return Reply(status, result.get("budget"))
 
-    async def _quota(self, session: Session, method: str, query: dict[str, str],
+    async def _quota(self, caller: Caller, method: str, query: dict[str, str],
                      receive: Receive, headers: dict[str, str]) -> Reply:  # fmt: skip
         """``GET|PUT|DELETE /api/v1/quota``: the PUT body is the bare document."""
         args: dict[str, Any] = {"namespace": query["namespace"]} if "namespace" in query else {}
         if method == "GET":
-            return Reply(200, await self._call(session, "quota_get", args))
+            return Reply(200, await self._call(caller, "quota_get", args))
         if method == "DELETE":
-            await self._call(session, "quota_clear", args)
+            await self._call(caller, "quota_clear", args)
             return Reply(204)
-        body = await _read_body(receive, headers)
-        return Reply(200, await self._call(session, "quota_set", {**args, "quota": body}))
+        body = await read_body(receive, headers, MAX_BODY)
+        return Reply(200, await self._call(caller, "quota_set", {**args, "quota": body}))
 
-    async def _admission(self, session: Session, method: str, queue: str,
+    async def _admission(self, caller: Caller, method: str, queue: str,
                          query: dict[str, str], receive: Receive,
                          headers: dict[str, str]) -> Reply:  # fmt: skip
         """``GET|PUT|DELETE /api/v1/admission/{queue}``: ``{"policy"}``, 204 on delete.
@@ -183,38 +217,38 @@ class HttpApp:
         args: dict[str, Any] = {"namespace": query["namespace"]} if "namespace" in query else {}
         args["queue"] = queue
         if method == "GET":
-            return Reply(200, await self._call(session, "policy_get", args))
+            return Reply(200, await self._call(caller, "policy_get", args))
         if method == "DELETE":
-            await self._call(session, "policy_clear", args)
+            await self._call(caller, "policy_clear", args)
             return Reply(204)
-        body = await _read_body(receive, headers, MAX_POLICY_BODY)
+        body = await read_body(receive, headers, MAX_POLICY_BODY)
         if not isinstance(body, dict):
             raise Refused("bad_frame", "the body must be a JSON object")
         if body.get("queue", queue) != queue or "namespace" in body:
             field = "namespace" if "namespace" in body else "queue"
             raise invalid(field, f"the route names the {field}; the body holds the policy's fields")
-        return Reply(200, await self._call(session, "policy_set", {**body, **args}))
+        return Reply(200, await self._call(caller, "policy_set", {**body, **args}))
 
-    def _session(self, headers: dict[str, str]) -> Session:
+    def _caller(self, scope: Scope, headers: dict[str, str]) -> Caller:
         auth = self.core.auth
         if auth.open_mode:
-            return auth.new_session()
-        value = headers.get("authorization", "")
-        token = value[7:].strip() if value[:7].lower() == "bearer " else None
-        return auth.check(token)
+            # Open mode has no token to key the admin write limit by: the address.
+            client = scope.get("client")
+            return Caller(auth.new_session(), str(client[0]) if client else "local")
+        return Caller(auth.check(_bearer(headers)), None)
 
-    async def _call(self, session: Session, op: str, body: Any) -> dict[str, Any]:
+    async def _call(self, caller: Caller, op: str, body: Any) -> dict[str, Any]:
         if not isinstance(body, dict):
             raise Refused("bad_frame", "the body must be a JSON object")
         if op == "hello":
             raise invalid("op", "hello is for the socket; use a bearer token over HTTP")
-        return await dispatch(self.core, session, op, dict(body))
+        return await dispatch(self.core, caller.session, op, dict(body), client=caller.client)
 
-    async def _post_jobs(self, session: Session, body: Any) -> Reply:
+    async def _post_jobs(self, caller: Caller, body: Any) -> Reply:
         if isinstance(body, dict) and "jobs" in body:
-            result = await self._call(session, "enqueue_many", body)
+            result = await self._call(caller, "enqueue_many", body)
             return Reply(201, result)
-        result = await self._call(session, "enqueue", body)
+        result = await self._call(caller, "enqueue", body)
         job = result.pop("job")
         status = 200 if result["duplicate"] or result["folded"] else 201
         return Reply(status, {**job, **result})
@@ -230,11 +264,25 @@ class HttpApp:
     def _metrics(self, headers: dict[str, str]) -> Reply:
         token = self.core.config.daemon.metrics_token
         if token:
-            given = headers.get("authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+            given = _bearer(headers) or ""
+            # Digests of equal length, compared in constant time: neither the
+            # token nor its length shows in the timing.
+            want = hashlib.sha256(token.encode()).digest()
+            if not hmac.compare_digest(hashlib.sha256(given.encode()).digest(), want):
                 return refusal_reply(Refused("unauthenticated", "a metrics bearer is required"))
         return Reply(200, raw=generate_latest(self.core.metrics.registry),
                      content_type=CONTENT_TYPE_LATEST)  # fmt: skip
+
+    def _openapi_reply(self) -> Reply:
+        if self._openapi is None:  # built once: the verb table does not change
+            self._openapi = orjson.dumps(openapi_document())
+        return Reply(200, raw=self._openapi, content_type=JSON)
+
+
+def _bearer(headers: dict[str, str]) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header (scheme in any case)."""
+    value = headers.get("authorization", "")
+    return value[7:].strip() if value[:7].lower() == "bearer " else None
 
 
 async def _unless_gone(
@@ -280,59 +328,6 @@ def _int_param(name: str, value: str) -> int:
         return int(value)
     except ValueError:
         raise invalid(name, f"{name} must be an integer") from None
-
-
-def _too_large(limit: int = MAX_BODY) -> Refused:
-    return Refused("payload_too_large", f"body exceeds {limit} bytes", limit="body",
-                   max=limit)  # fmt: skip
-
-
-async def _discard_body(receive: Receive, size: int, more: bool) -> None:
-    """Read and drop the rest of an oversized body, up to :data:`MAX_DISCARD`.
-
-    Answering while the client is still sending makes the server close a socket
-    with unread bytes, and TCP then resets the connection: the client loses the
-    413 and sees a broken connection instead (which a client may retry).
-    """
-    while more and size <= MAX_DISCARD:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return
-        size += len(message.get("body", b""))
-        more = bool(message.get("more_body"))
-
-
-async def _read_body(receive: Receive, headers: dict[str, str], limit: int = MAX_BODY) -> Any:
-    """The request body, decoded; ``payload_too_large`` past ``limit`` bytes, as soon
-    as ``content-length`` or the bytes received so far show it (never read whole)."""
-    length = headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > limit:
-        if int(length) <= MAX_DISCARD:
-            await _discard_body(receive, 0, True)
-        raise _too_large(limit)
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise Refused("bad_frame", "the client went away")
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            await _discard_body(receive, size, bool(message.get("more_body")))
-            raise _too_large(limit)
-        chunks.append(chunk)
-        if not message.get("more_body"):
-            break
-    raw = b"".join(chunks)
-    if not raw.strip():
-        return {}
-    try:
-        if MSGPACK in headers.get("content-type", ""):
-            return msgpack.unpackb(raw, raw=False, strict_map_key=True)
-        return orjson.loads(raw)
-    except Exception as exc:
-        raise Refused("bad_frame", f"the body does not decode: {str(exc)[:200]}") from None
 
 
 async def _send_reply(send: Send, reply: Reply, accept_msgpack: bool) -> None:

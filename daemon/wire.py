@@ -69,6 +69,13 @@ def name(_inst: Any, attr: attrs.Attribute, value: str | None) -> None:
         raise invalid(attr.name, f"{attr.name} must be 1-128 characters of [A-Za-z0-9._:-]")
 
 
+#: The latest instant an argument may name (9999-12-31T23:59:59.999Z), and the
+#: longest duration (100 years): far beyond any schedule, well inside the
+#: store's 64-bit integers once added to now.
+MAX_INSTANT_MS = 253_402_300_799_999
+MAX_DURATION_MS = 3_155_760_000_000
+
+
 def between(lo: int, hi: int | None = None) -> Callable[[Any, attrs.Attribute, Any], None]:
     """An integer within ``lo..hi`` (None allowed: absent)."""
 

@@ -39,12 +39,16 @@ def list_records(
     target: str | None,
     after: int | None,
     limit: int,
+    newest_first: bool = False,
 ) -> list[dict[str, Any]]:
-    """Audit records of ``namespace`` oldest first, after the cursor ``after``."""
+    """Audit records of ``namespace`` oldest first (or newest first), after the
+    cursor ``after`` in that order."""
     statement, params = page_query(
         "SELECT id, at, actor, target_kind, target, action, before, after FROM audit",
         namespace, {"target_kind": target_kind, "target": target}, after, limit,
     )  # fmt: skip
+    if newest_first:  # the same query, walked backwards from the cursor
+        statement = statement.replace("id > ?", "id < ?").replace("ORDER BY id", "ORDER BY id DESC")
     rows = conn.execute(statement, params).fetchall()
     return [
         {"id": r[0], "at": r[1], "actor": r[2], "target_kind": r[3], "target": r[4],

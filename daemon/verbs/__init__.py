@@ -1,6 +1,7 @@
 """Every verb, registered in :data:`daemon.verbs.table.VERBS` on import."""
 
 from daemon.verbs import (  # noqa: F401
+    audit,
     budgets,
     dead,
     fast_args,

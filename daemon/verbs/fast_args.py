@@ -23,7 +23,7 @@ import orjson
 from daemon.verbs import producing, working
 from daemon.verbs.producing import EnqueueArgs, EnqueueManyArgs
 from daemon.verbs.working import ClaimNextArgs, CompleteArgs
-from daemon.wire import FAST, NAME_RE
+from daemon.wire import FAST, MAX_DURATION_MS, MAX_INSTANT_MS, NAME_RE
 
 _new = object.__new__
 _set = object.__setattr__
@@ -98,12 +98,15 @@ def enqueue_args(args: Any) -> EnqueueArgs | None:
     if not (
         _int(priority, 0, 65535)
         and _int(max_attempts, 1, 100_000)
-        and _opt_int(delay_ms, 0)
-        and _opt_int(ready_at, 0)
+        and _opt_int(delay_ms, 0, MAX_DURATION_MS)
+        and _opt_int(ready_at, 0, MAX_INSTANT_MS)
         and (delay_ms is None or ready_at is None)
         and _opt_int(lease_ms, 1, 86_400_000)
         and (unique_key is None or _text(unique_key, 255))
-        and (debounce_ms is None or (unique_key is not None and _int(debounce_ms, 0)))
+        and (
+            debounce_ms is None
+            or (unique_key is not None and _int(debounce_ms, 0, MAX_DURATION_MS))
+        )
         and budgets is None
         and _json(payload)
     ):

@@ -21,7 +21,7 @@ from daemon.store import jobs as sql
 from daemon.store.database import Tx
 from daemon.verbs.budgets import MAX_TOKENS, create_budget, parse_strategy
 from daemon.verbs.table import Call, Plan, verb
-from daemon.wire import between, json_value, name, text
+from daemon.wire import MAX_DURATION_MS, MAX_INSTANT_MS, between, json_value, name, text
 
 if TYPE_CHECKING:
     from daemon.core import Core
@@ -79,12 +79,12 @@ class EnqueueArgs:
     type: str = attrs.field(validator=name)
     payload: Any = attrs.field(factory=dict, validator=json_value)
     priority: int = attrs.field(default=DEFAULT_PRIORITY, validator=between(0, 65535))
-    delay_ms: int | None = attrs.field(default=None, validator=between(0))
-    ready_at: int | None = attrs.field(default=None, validator=between(0))
+    delay_ms: int | None = attrs.field(default=None, validator=between(0, MAX_DURATION_MS))
+    ready_at: int | None = attrs.field(default=None, validator=between(0, MAX_INSTANT_MS))
     max_attempts: int = attrs.field(default=DEFAULT_MAX_ATTEMPTS, validator=between(1, 100_000))
     lease_ms: int | None = attrs.field(default=None, validator=between(1, 86_400_000))
     unique_key: str | None = attrs.field(default=None, validator=text(255))
-    debounce_ms: int | None = attrs.field(default=None, validator=between(0))
+    debounce_ms: int | None = attrs.field(default=None, validator=between(0, MAX_DURATION_MS))
     budgets: list[BindingArgs] | None = attrs.field(default=None, validator=_bindings)
 
     def __attrs_post_init__(self) -> None:

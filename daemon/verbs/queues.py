@@ -11,7 +11,7 @@ from daemon.store import queues as queue_sql
 from daemon.store.database import Tx
 from daemon.verbs.reading import queue_rows
 from daemon.verbs.table import Call, NoArgs, Plan, answer_now, verb
-from daemon.wire import name
+from daemon.wire import MAX_DURATION_MS, between, name
 
 if TYPE_CHECKING:
     from daemon.core import Core
@@ -20,8 +20,13 @@ if TYPE_CHECKING:
 @attrs.frozen
 class QueueConfigureArgs:
     queue: str = attrs.field(validator=name)
-    completed_ttl_ms: int | None = None
-    dead_ttl_ms: int | None = None
+    # Not positive: the daemon default; else at most MAX_DURATION_MS.
+    completed_ttl_ms: int | None = attrs.field(
+        default=None, validator=between(-MAX_DURATION_MS, MAX_DURATION_MS)
+    )
+    dead_ttl_ms: int | None = attrs.field(
+        default=None, validator=between(-MAX_DURATION_MS, MAX_DURATION_MS)
+    )
 
 
 def _ttl(value: int | None) -> int | None:

@@ -21,7 +21,7 @@ from daemon import quotas
 from daemon.store import jobs as sql
 from daemon.store.database import Tx
 from daemon.verbs.table import Call, Later, Plan, verb
-from daemon.wire import between, json_value, name, text
+from daemon.wire import MAX_DURATION_MS, between, json_value, name, text
 
 if TYPE_CHECKING:
     from daemon.core import Core
@@ -69,7 +69,7 @@ class FailArgs:
     job_id: str = attrs.field(validator=text(64))
     lease: str = attrs.field(validator=text(64))
     error: str = attrs.field(validator=text(65_536))
-    retry_in_ms: int | None = attrs.field(default=None, validator=between(0))
+    retry_in_ms: int | None = attrs.field(default=None, validator=between(0, MAX_DURATION_MS))
     dead: bool = False
 
 
@@ -77,7 +77,7 @@ class FailArgs:
 class ReleaseArgs:
     job_id: str = attrs.field(validator=text(64))
     lease: str = attrs.field(validator=text(64))
-    delay_ms: int | None = attrs.field(default=None, validator=between(0))
+    delay_ms: int | None = attrs.field(default=None, validator=between(0, MAX_DURATION_MS))
 
 
 def _job_answer(row: sql.Row) -> dict[str, Any]:

@@ -298,6 +298,13 @@ def _check_periodic_list(w: World) -> None:
     assert w.b.error("periodic_list", namespace="A")["code"] == "forbidden"
 
 
+def _check_audit_list(w: World) -> None:
+    _a_policy(w)  # A's policy write is audited in A
+    assert any(r["target"] == "a-pol" for r in w.a.ok("audit_list", limit=1000)["records"])
+    assert all(r["target"] != "a-pol" for r in w.b.ok("audit_list", limit=1000)["records"])
+    assert w.b.error("audit_list", namespace="A")["code"] == "forbidden"
+
+
 #: How each verb is checked for isolation between namespaces. A new verb must
 #: be added here (the test fails until it is): decide how it could leak.
 ISOLATION: dict[str, Callable[[World], None]] = {
@@ -337,6 +344,7 @@ ISOLATION: dict[str, Callable[[World], None]] = {
     "policy_get": _check_policy_hidden("policy_get"),
     "policy_clear": _check_policy_hidden("policy_clear"),
     "policy_list": _check_policy_list,
+    "audit_list": _check_audit_list,
     "admission_status": _check_policy_list,
     "policy_set": _check_policy_set,
 }

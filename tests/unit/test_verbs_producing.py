@@ -213,3 +213,26 @@ async def test_ids_sort_by_creation(tmp_path, autojump_clock):
                 ids.append((await _enqueue(core))["job"]["id"])
                 await trio.sleep(0.001)
             assert ids == sorted(ids) and len(set(ids)) == 10
+
+
+@pytest.mark.parametrize(
+    ("op", "args", "field"),
+    [
+        ("enqueue", {"delay_ms": 2**64}, "delay_ms"),
+        ("enqueue", {"delay_ms": 2**63 - 1}, "delay_ms"),  # now + it would overflow the store
+        ("enqueue", {"ready_at": 253_402_300_800_000}, "ready_at"),  # after year 9999
+        ("enqueue", {"debounce_ms": 2**64, "unique_key": "k"}, "debounce_ms"),
+        ("queue_configure", {"completed_ttl_ms": 2**64}, "completed_ttl_ms"),
+        ("queue_configure", {"dead_ttl_ms": -(2**64)}, "dead_ttl_ms"),
+        ("audit_list", {"after": 2**63}, "after"),
+    ],
+)
+async def test_integers_past_the_stores_range_are_invalid_not_internal(
+    tmp_path, autojump_clock, op, args, field
+):
+    # Found by schemathesis: these once reached SQLite and came back "internal".
+    base = {"queue": "q", "type": "t"} if op == "enqueue" else {"queue": "q"}
+    async with running_core(tmp_path) as core:
+        with pytest.raises(Refused) as info:
+            await call(core, op, **({} if op == "audit_list" else base), **args)
+        assert (info.value.code, info.value.details.get("field")) == ("invalid_argument", field)

@@ -1,0 +1,130 @@
+"""The editors' forms: what a plain HTML form posts, turned into verb arguments.
+
+The verbs stay the judges of what is valid; this module only maps form
+fields (strings, blank meaning "not set") to the verbs' argument shapes, and
+turns a field it cannot read into ``invalid_argument`` naming it, as a verb
+would.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qs
+
+from actors.errors import Refused, invalid
+
+#: A form post is small; anything larger is not from the board.
+MAX_FORM = 64 * 1024
+
+
+def parse(body: bytes) -> dict[str, str]:
+    """An ``application/x-www-form-urlencoded`` body (the last value of a field wins)."""
+    if len(body) > MAX_FORM:
+        raise Refused(
+            "payload_too_large", f"body exceeds {MAX_FORM} bytes", limit="body", max=MAX_FORM
+        )
+    try:
+        fields = parse_qs(body.decode("utf-8"), keep_blank_values=True, strict_parsing=False)
+    except UnicodeDecodeError:
+        raise Refused("bad_frame", "the form does not decode as UTF-8") from None
+    return {k: v[-1] for k, v in fields.items()}
+
+
+def _int(form: dict[str, str], field: str) -> int | None:
+    value = form.get(field, "").strip()
+    if not value:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise invalid(field, f"{field} must be a whole number, or blank for none") from None
+
+
+def policy_args(form: dict[str, str]) -> dict[str, Any]:
+    """``policy_set``'s fields from the policy editor's form."""
+    claims = _int(form, "max_claims_per_window")
+    args: dict[str, Any] = {
+        "max_in_flight": _int(form, "max_in_flight"),
+        "max_claims_per_window": claims,
+        "window": None,
+    }
+    if claims is not None:
+        window: dict[str, Any] = {
+            "period": form.get("period", "day"),
+            "tz": form.get("tz", "").strip() or "UTC",
+            "start": form.get("start", "").strip() or "00:00",
+        }
+        if window["period"] == "week":
+            window["weekday"] = form.get("weekday") or "Mon"
+        args["window"] = window
+    return args
+
+
+def policy_form(policy: dict[str, Any] | None) -> dict[str, str]:
+    """The editor's field values for a policy (or the defaults of a new one)."""
+    policy = policy or {}
+    window = policy.get("window") or {}
+
+    def text(value: Any) -> str:
+        return "" if value is None else str(value)
+
+    return {
+        "max_in_flight": text(policy.get("max_in_flight")),
+        "max_claims_per_window": text(policy.get("max_claims_per_window")),
+        "period": window.get("period", "day"),
+        "tz": window.get("tz", "UTC"),
+        "start": window.get("start", "00:00"),
+        "weekday": window.get("weekday") or "Mon",
+    }
+
+
+def budget_args(form: dict[str, str]) -> dict[str, Any]:
+    """``budget_put``'s fields from the budget editor's form."""
+    allocation = _int(form, "allocation")
+    if allocation is None:
+        raise invalid("allocation", "allocation is required")
+    kind = form.get("type", "")
+    strategy: dict[str, Any] = {"type": kind}
+    if kind == "time_based":
+        seconds = _int(form, "duration_s")
+        if seconds is None:
+            raise invalid("duration_s", "the refill period is required for time_based")
+        strategy["duration_ms"] = seconds * 1000
+        burst = _int(form, "burst")
+        if burst is not None:
+            strategy["burst"] = burst
+    return {"allocation": allocation, "strategy": strategy}
+
+
+def budget_form(budget: dict[str, Any]) -> dict[str, str]:
+    """The editor's field values for a budget."""
+    strategy = budget.get("strategy") or {}
+    duration = strategy.get("duration_ms")
+    return {
+        "allocation": str(budget.get("allocation", "")),
+        "type": strategy.get("type", "while_in_flight"),
+        "duration_s": "" if duration is None else str(duration // 1000),
+        "burst": "" if strategy.get("burst") is None else str(strategy["burst"]),
+    }
+
+
+#: Verb field names -> the form field that shows the problem.
+FORM_FIELDS = {
+    "window.tz": "tz",
+    "window.start": "start",
+    "window.period": "period",
+    "window.weekday": "weekday",
+    "window": "max_claims_per_window",
+    "strategy.type": "type",
+    "strategy.duration_ms": "duration_s",
+    "strategy.burst": "burst",
+    "strategy": "type",
+}
+
+
+def field_of(refused: Refused) -> str | None:
+    """The form field a refusal is about, if it names one."""
+    field = refused.details.get("field")
+    if not isinstance(field, str):
+        return None
+    return FORM_FIELDS.get(field, field)

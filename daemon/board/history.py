@@ -1,0 +1,97 @@
+"""Bounded in-memory history for the board's pictures.
+
+Two series, both kept only in memory (a restart starts them afresh):
+
+- claims per minute per queue, counted where claims commit
+  (:meth:`History.claimed`, one call per queue per claim statement);
+- each budget's token level over time, sampled at most every
+  :data:`SAMPLE_MS` by :meth:`History.sample`, which the board calls after
+  commits (a level moves only when a write commits or a drip refills, and a
+  drip is a straight line between samples).
+
+Memory is bounded: :data:`MINUTES` buckets per queue, :data:`SAMPLES` points per
+budget, and at most :data:`MAX_SERIES` series of each kind (the least recently
+touched is dropped first).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from actors.budget import Budget
+
+#: Six hours of one-minute buckets per queue.
+MINUTES = 360
+MINUTE_MS = 60_000
+#: A budget's level is sampled at most this often ...
+SAMPLE_MS = 30_000
+#: ... and this many samples are kept (six hours at the finest).
+SAMPLES = 720
+#: Queues (and budgets) with a series, at most.
+MAX_SERIES = 2000
+Key = tuple[str, str]
+
+
+class History:
+    """Claims per minute per queue and budget levels, bounded."""
+
+    def __init__(self) -> None:
+        self._claims: OrderedDict[Key, deque[list[int]]] = OrderedDict()
+        self._levels: OrderedDict[Key, deque[tuple[int, float]]] = OrderedDict()
+        self._next_sample = 0
+
+    def claimed(self, key: Key, n: int, now_ms: int) -> None:
+        """``n`` claims of queue ``key`` committed at ``now_ms``."""
+        minute = now_ms // MINUTE_MS
+        series = self._claims.get(key)
+        if series is None:
+            series = self._claims[key] = deque(maxlen=MINUTES)
+            _bound(self._claims)
+        else:
+            self._claims.move_to_end(key)
+        if series and series[-1][0] == minute:
+            series[-1][1] += n
+        else:
+            series.append([minute, n])
+
+    def claims_per_minute(self, key: Key, now_ms: int, minutes: int = MINUTES) -> list[int]:
+        """The last ``minutes`` minutes of claims of ``key``, oldest first, the
+        current (partial) minute last; minutes without claims are 0."""
+        last = now_ms // MINUTE_MS
+        first = last - minutes + 1
+        out = [0] * minutes
+        for minute, n in self._claims.get(key, ()):
+            if first <= minute <= last:
+                out[minute - first] = n
+        return out
+
+    def sample(self, budgets: Iterable[tuple[Key, Budget]], now_ms: int) -> None:
+        """Record each budget's available tokens, unless sampled within
+        :data:`SAMPLE_MS` (cheap to call after every commit)."""
+        if now_ms < self._next_sample:
+            return
+        self._next_sample = now_ms + SAMPLE_MS
+        for key, budget in budgets:
+            self.record_level(key, budget.pool.available(now_ms), now_ms)
+
+    def record_level(self, key: Key, level: float, now_ms: int) -> None:
+        """One sample of budget ``key``'s level."""
+        series = self._levels.get(key)
+        if series is None:
+            series = self._levels[key] = deque(maxlen=SAMPLES)
+            _bound(self._levels)
+        else:
+            self._levels.move_to_end(key)
+        series.append((now_ms, level))
+
+    def levels(self, key: Key, since_ms: int) -> list[tuple[int, float]]:
+        """Samples of budget ``key`` at or after ``since_ms``, oldest first."""
+        return [(at, level) for at, level in self._levels.get(key, ()) if at >= since_ms]
+
+
+def _bound(series: OrderedDict[Key, object]) -> None:
+    while len(series) > MAX_SERIES:
+        series.popitem(last=False)

@@ -1,0 +1,113 @@
+"""The admin write limiter through the real dispatcher, on virtual time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+
+from actors.errors import Refused
+from daemon.admin_limit import ADMIN_WRITES, BURST, admin_writes
+from daemon.core import Core
+from daemon.dispatch import dispatch
+from daemon.session import ALL_GRANTS, Session
+from daemon.verbs import VERBS
+from tests.unit.harness import running_core
+
+WIF = {"allocation": 5, "strategy": {"type": "while_in_flight"}}
+#: Verbs that need a management grant and only read. A new verb that needs one
+#: must be put here or in ADMIN_WRITES: the test below fails until it is.
+ADMIN_READS = {
+    "audit_list", "budget_get", "budget_list", "dead_list", "periodic_list", "policy_get",
+    "policy_list", "queue_list", "quota_get",
+}  # fmt: skip
+MANAGEMENT = {"manage", "operator", "set_admission_policy", "clear_admission_policy"}
+
+
+def test_every_management_verb_is_classed_as_a_write_or_a_read():
+    management = {v.name for v in VERBS.values() if v.grants and set(v.grants) <= MANAGEMENT}
+    assert management == ADMIN_WRITES | ADMIN_READS
+    assert not ADMIN_WRITES & ADMIN_READS
+    assert "dead_replay" not in ADMIN_WRITES  # produce may replay: the door meters it
+
+
+def token(name: str) -> Session:
+    return Session(grants=ALL_GRANTS, token_name=name)
+
+
+async def put(core: Core, who: Session, key: str = "b", client: str | None = None) -> Any:
+    return await dispatch(core, who, "budget_put", {"key": key, **WIF}, client=client)
+
+
+async def refused(core: Core, who: Session, client: str | None = None) -> Refused:
+    with pytest.raises(Refused) as info:
+        await put(core, who, client=client)
+    return info.value
+
+
+async def test_a_token_writes_a_burst_of_ten_then_one_a_second(tmp_path, autojump_clock):
+    async with running_core(tmp_path) as core:
+        ops = token("ops")
+        for _ in range(BURST):
+            await put(core, ops)
+        refusal = await refused(core, ops)
+        assert (refusal.code, refusal.status, refusal.message) == (
+            "rate_limited", 429, "admin write rate limit exceeded")  # fmt: skip
+        assert refusal.details == {"limit": "admin_writes", "retry_after": 1}
+        await trio.sleep(0.999)  # virtual time: autojump_clock
+        assert (await refused(core, ops)).details["retry_after"] == 1
+        await trio.sleep(0.001)
+        await put(core, ops)  # exactly one token a second
+        assert (await refused(core, ops)).code == "rate_limited"
+        # Reads are not limited, nor are other tokens.
+        await dispatch(core, ops, "budget_list", {})
+        await put(core, token("other"))
+
+
+async def test_a_call_refused_before_its_write_costs_nothing(tmp_path, autojump_clock):
+    async with running_core(tmp_path) as core:
+        ops = token("ops")
+        for _ in range(3 * BURST):
+            with pytest.raises(Refused) as info:  # malformed: refused while planned
+                await dispatch(core, ops, "budget_put", {"key": "b", "allocation": 0})
+            assert info.value.code == "invalid_argument"
+            with pytest.raises(Refused) as info:  # no such policy: refused while planned
+                await dispatch(core, ops, "policy_clear", {"queue": "q"})
+            assert info.value.code == "not_found"
+        # A refusal found in the write transaction did reach the store: it counts.
+        await put(core, ops)
+        with pytest.raises(Refused) as info:
+            await dispatch(core, ops, "budget_create", {"key": "b", **WIF})
+        assert info.value.code == "conflict"
+        for _ in range(BURST - 2):
+            await put(core, ops)
+        assert (await refused(core, ops)).code == "rate_limited"
+
+
+async def test_open_mode_limits_http_clients_by_address_and_not_the_socket(
+    tmp_path, autojump_clock
+):
+    async with running_core(tmp_path) as core:
+        open_session = core.auth.new_session()
+        for _ in range(3 * BURST):  # the socket (and in-process callers): no client, no limit
+            await put(core, open_session)
+        for _ in range(BURST):
+            await put(core, open_session, client="10.0.0.1")
+        assert (await refused(core, open_session, "10.0.0.1")).code == "rate_limited"
+        await put(core, open_session, client="10.0.0.2")
+
+
+async def test_full_buckets_are_forgotten(tmp_path, autojump_clock):
+    async with running_core(tmp_path) as core:
+        limiter = admin_writes(core)
+        await put(core, token("a"))
+        for _ in range(BURST):
+            await put(core, token("b"))
+        assert len(limiter) == 2
+        await trio.sleep(61)  # both buckets are full again: the same as fresh ones
+        await put(core, token("c"))  # the sweep runs on a call
+        assert len(limiter) == 1  # only c's bucket, just used
+        for _ in range(BURST):  # b's forgotten bucket gave nothing away
+            await put(core, token("b"))
+        assert (await refused(core, token("b"))).code == "rate_limited"
