@@ -108,9 +108,10 @@ def producer(socket_path: str, jobs: int, first: int, batch: int, window: int,
     report.finish(shared)
 
 
-def batch_worker(socket_path: str, total: int, max_claim: int, wait_ms: int,
+def batch_worker(socket_path: str, total: int, max_claim: int, wait_ms: int, many: bool,
                  shared: Shared) -> None:  # fmt: skip
-    """Claim up to ``max_claim`` jobs at a time and pipeline their completes.
+    """Claim up to ``max_claim`` jobs at a time and complete them: one
+    ``complete_many`` per batch (``many``), else one pipelined ``complete`` each.
 
     Stops when ``total`` jobs have been completed by all workers together.
     """
@@ -132,18 +133,23 @@ def batch_worker(socket_path: str, total: int, max_claim: int, wait_ms: int,
             report.claim_latencies.append(answered_at - sent_at)
             if report.first_send is None:
                 report.first_send = sent_at
-            ids = client.request_many(
-                ("complete", {"job_id": j["job"]["id"], "lease": j["job"]["lease"]}) for j in jobs
-            )
-            waiting = set(ids)
-            for _ in ids:
-                done = client.read()
-                waiting.discard(done["id"])
-                if not done.get("ok"):
-                    report.errors.append(f"complete: {done.get('error')}")
+            completions = [{"job_id": j["job"]["id"], "lease": j["job"]["lease"]} for j in jobs]
+            if many:  # one complete_many per claimed batch (a batch completer)
+                done = client.call("complete_many", jobs=completions)
+                failed = [r for r in done.get("results", ()) if "error" in r]
+                if not done.get("ok") or failed:
+                    report.errors.append(f"complete_many: {done.get('error') or failed[:3]}")
+            else:  # one complete per job, pipelined
+                ids = client.request_many(("complete", c) for c in completions)
+                waiting = set(ids)
+                for _ in ids:
+                    done = client.read()
+                    waiting.discard(done["id"])
+                    if not done.get("ok"):
+                        report.errors.append(f"complete: {done.get('error')}")
+                if waiting:
+                    report.errors.append(f"complete: {len(waiting)} answers missing")
             report.last_answer = time.perf_counter()
-            if waiting:
-                report.errors.append(f"complete: {len(waiting)} answers missing")
             if report.errors:
                 break
             report.jobs += len(jobs)

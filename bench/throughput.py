@@ -5,7 +5,9 @@ Each phase gets a fresh ``sluice serve`` on a fresh temp state dir
 
 * ``batched``: P producer processes send ``enqueue_many`` batches of 100 with a
   window of requests in flight; N worker processes loop ``claim_next
-  {max: 100, wait_ms: 1000}`` and pipeline one ``complete`` per job. Reports
+  {max: 100, wait_ms: 1000}`` and complete each batch with one
+  ``complete_many`` (``--completes each``: one pipelined ``complete`` per
+  job, as before). Reports
   end-to-end jobs/s (first enqueue sent to last complete answered), the
   producers' enqueue rate, and claim_next latency as the workers see it.
 * ``single``: C client processes each loop ``enqueue`` one job, ``claim_next
@@ -97,7 +99,8 @@ def run_phase(phase: str, synchronous: str, args: argparse.Namespace, http: bool
         total = args.jobs
         specs = [(producer, (n, first, args.batch, args.window))
                  for n, first in split(total, args.producers)]  # fmt: skip
-        specs += [(batch_worker, (total, args.batch, 1000))] * args.workers
+        many = args.completes == "many"
+        specs += [(batch_worker, (total, args.batch, 1000, many))] * args.workers
     else:
         total = args.single_jobs
         specs = [(single_client, (n, first)) for n, first in split(total, args.clients)]
@@ -305,6 +308,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--clients", type=int, default=4, help="one-at-a-time client processes")
     p.add_argument("--batch", type=int, default=100, help="jobs per enqueue_many and claim")
     p.add_argument("--window", type=int, default=8, help="enqueue_many requests in flight")
+    p.add_argument(
+        "--completes",
+        choices=("many", "each"),
+        default="many",
+        help="batched workers: one complete_many per batch, or one complete per job",
+    )
     p.add_argument("--repeat", type=int, default=1, help="run each phase N times (noisy host)")
     p.add_argument("--stall-timeout", type=float, default=30.0, help="give up after N s idle")
     p.add_argument("--profile-dir", help="write daemon profiles here (with --cprofile/--py-spy)")

@@ -29,7 +29,6 @@ transaction still cost one). Time is the daemon's clock, so a
 from __future__ import annotations
 
 import logging
-import weakref
 from typing import TYPE_CHECKING
 
 from actors.bucket import TokenBucket, retry_after_s
@@ -107,14 +106,3 @@ class AdminWriteLimiter:
 
     def __len__(self) -> int:
         return len(self._buckets)
-
-
-_LIMITERS: weakref.WeakKeyDictionary[Core, AdminWriteLimiter] = weakref.WeakKeyDictionary()
-
-
-def admin_writes(core: Core) -> AdminWriteLimiter:
-    """The daemon's limiter (one per :class:`~daemon.core.Core`, made on first use)."""
-    limiter = _LIMITERS.get(core)
-    if limiter is None:
-        limiter = _LIMITERS[core] = AdminWriteLimiter(core)
-    return limiter

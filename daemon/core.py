@@ -9,6 +9,7 @@ nudges, metrics) run only once the transaction has committed.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import sqlite_utils
@@ -24,6 +25,7 @@ from actors.reaper import DelayTimer, LeaseReaper
 from actors.router import ClaimRouter
 from actors.watcher import SettingsWatcher
 from daemon import __version__, quotas, retention, usage
+from daemon.admin_limit import AdminWriteLimiter
 from daemon.board.history import History
 from daemon.budget_dispatch import BudgetDispatch
 from daemon.config import Config
@@ -64,6 +66,8 @@ class Core:
         self.delay_timer = DelayTimer(clock, _Due(self))
         self.started_at = clock.now_ms()
         self.draining = False
+        #: Called once when the daemon starts draining.
+        self.on_drain: list[Callable[[], None]] = []
         self.known_queues: set[QueueKey] = set()
         self.problems: list[str] = []
         #: Running jobs' rows by id, so lease checks need no SELECT. Entries
@@ -75,6 +79,7 @@ class Core:
         self.dispatch = BudgetDispatch(self)
         self.namespaces = Namespaces()
         self.door = Door(self)
+        self.admin_writes = AdminWriteLimiter(self)
         self.policies = Policies(self)
         self.watcher = SettingsWatcher(lambda: quotas.reload(self))
         self.retention = retention.leader(self)
@@ -110,9 +115,12 @@ class Core:
             task_status.started()
 
     def drain(self) -> None:
-        """SIGTERM: refuse new waits, answer waiting claims empty."""
+        """SIGTERM: refuse new waits, answer waiting claims empty, tell the
+        :attr:`on_drain` hooks (the board's live streams end)."""
         self.draining = True
         self.router.close()
+        for hook in self.on_drain:
+            hook()
 
     def reload(self, config: Config) -> None:
         """Take a reloaded config: tokens now, the rest as features read it."""
@@ -276,6 +284,37 @@ class Core:
         if source == lc.RUNNING and key in self.policies.states:
             # After the counts' effect: the reopen check reads the new counts.
             self.policies.left_running(tx, key)
+
+    def finished(self, tx: Tx, afters: list[sql.Row]) -> None:
+        """Running jobs were completed or went dead (``afters``: their rows now).
+
+        :meth:`moved_from` for many terminal moves at once: one effect, counts
+        and metrics per queue, a freed-slot wake per namespace.
+        """
+        per_key: dict[tuple[QueueKey, str], int] = {}
+        for after in afters:
+            if after[sql.BUDGETS] is not None:
+                self.dispatch.moved(tx, lc.RUNNING, after)
+            slot = ((after[sql.NAMESPACE], after[sql.QUEUE]), after[sql.STATE])
+            per_key[slot] = per_key.get(slot, 0) + 1
+        ids = [after[sql.ID] for after in afters]
+
+        def effect() -> None:
+            for job_id in ids:
+                self.running.pop(job_id, None)
+            for (key, target), n in per_key.items():
+                self.counts.move(key, lc.RUNNING, target, n)
+                self.metrics.moved(key[1], lc.RUNNING, target, n)
+            if self.router.waiting:
+                for namespace in {key[0] for key, _t in per_key}:
+                    quota = self.namespaces.get(namespace).quota
+                    if quota is not None and quota.max_running is not None:
+                        self.wake_namespace(namespace)  # freed slots
+
+        tx.after(effect)
+        if self.policies.states:
+            for after in afters:  # after the counts' effect, as in moved_from
+                self.policies.left_running(tx, (after[sql.NAMESPACE], after[sql.QUEUE]))
 
     def remember_running(self, row: sql.Row) -> None:
         """Keep a running job's row in :attr:`running` (within the bounds)."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from actors.errors import Refused, internal_error, invalid
-from daemon.admin_limit import ADMIN_WRITES, admin_writes
+from daemon.admin_limit import ADMIN_WRITES
 from daemon.session import Session
 from daemon.verbs import VERBS, Call
 from daemon.verbs.table import Later, Plan
@@ -75,7 +75,7 @@ def prepare(
     except Exception as exc:
         raise internal_error(exc) from exc
     if verb.name in ADMIN_WRITES:
-        admin_writes(core).charge(session, client)
+        core.admin_writes.charge(session, client)
     return plan
 
 

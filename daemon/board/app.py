@@ -191,70 +191,65 @@ class Board:
 
     # -- pages --------------------------------------------------------------------
 
-    async def overview(self, request: Request) -> Response:
-        """The namespaces the viewer may see."""
+    async def _page(
+        self,
+        request: Request,
+        template: str,
+        data: Callable[[Session], dict[str, Any]],
+        ns: str | None = None,
+    ) -> Response:
+        """A read-only page: ``template`` with what ``data`` reads for the session."""
 
         async def page(session: Session) -> Response:
-            rows = views.overview(self.core, session)
-            return self.render(request, "overview.html", {"namespaces": rows}, session=session)
+            return self.render(request, template, data(session), session=session)
 
-        return await self._guard(request, page)
+        return await self._guard(request, page, ns)
+
+    async def overview(self, request: Request) -> Response:
+        """The namespaces the viewer may see."""
+        return await self._page(
+            request, "overview.html", lambda s: {"namespaces": views.overview(self.core, s)}
+        )
 
     async def namespace(self, request: Request) -> Response:
         """A namespace's queues, each with its header."""
         ns = request.path_params["ns"]
-
-        async def page(session: Session) -> Response:
-            headers = views.headers(self.core, session, ns)
-            return self.render(
-                request, "namespace.html", {"ns": ns, "headers": headers}, session=session
-            )
-
-        return await self._guard(request, page, ns)
+        return await self._page(
+            request, "namespace.html",
+            lambda s: {"ns": ns, "headers": views.headers(self.core, s, ns)}, ns,
+        )  # fmt: skip
 
     async def queue(self, request: Request) -> Response:
         """One queue: header, picture, pending (with chips), running, dead, audit."""
         ns, queue = request.path_params["ns"], request.path_params["queue"]
-
-        async def page(session: Session) -> Response:
-            data = views.queue_page(self.core, session, ns, queue)
-            return self.render(
-                request, "queue.html", {"ns": ns, "queue": queue, **data}, session=session
-            )
-
-        return await self._guard(request, page, ns)
+        return await self._page(
+            request, "queue.html",
+            lambda s: {"ns": ns, "queue": queue, **views.queue_page(self.core, s, ns, queue)}, ns,
+        )  # fmt: skip
 
     async def budgets(self, request: Request) -> Response:
         """The namespace's budgets with their token levels over time."""
         ns = request.path_params["ns"]
-
-        async def page(session: Session) -> Response:
-            data = views.budgets(self.core, session, ns)
-            return self.render(request, "budgets.html", {"ns": ns, **data}, session=session)
-
-        return await self._guard(request, page, ns)
+        return await self._page(
+            request, "budgets.html", lambda s: {"ns": ns, **views.budgets(self.core, s, ns)}, ns
+        )
 
     async def quota(self, request: Request) -> Response:
         """Quota usage against each limit."""
         ns = request.path_params["ns"]
-
-        async def page(session: Session) -> Response:
-            data = views.quota(self.core, session, ns)
-            return self.render(request, "quota.html", {"ns": ns, **data}, session=session)
-
-        return await self._guard(request, page, ns)
+        return await self._page(
+            request, "quota.html", lambda s: {"ns": ns, **views.quota(self.core, s, ns)}, ns
+        )
 
     async def audit(self, request: Request) -> Response:
         """The namespace's audit history, newest first."""
         ns = request.path_params["ns"]
         after_text = request.query_params.get("after", "")
         after = int(after_text) if after_text.isdigit() else None
-
-        async def page(session: Session) -> Response:
-            data = views.audit(self.core, session, ns, after)
-            return self.render(request, "audit.html", {"ns": ns, "audit": data}, session=session)
-
-        return await self._guard(request, page, ns)
+        return await self._page(
+            request, "audit.html",
+            lambda s: {"ns": ns, "audit": views.audit(self.core, s, ns, after)}, ns,
+        )  # fmt: skip
 
     # -- editors ------------------------------------------------------------------
 

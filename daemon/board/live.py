@@ -12,9 +12,9 @@ of the queues it shows (a window reopens without any write), and every
 :data:`KEEPALIVE_S` to send a comment: that is how a closed connection is
 noticed, and it also picks up the rare change that commits nothing (a quota
 document that stopped decoding). After a wake it waits :data:`COALESCE_S`
-so a busy daemon costs a stream at most a few renders a second. A drain
-rings no event, so a waiting stream also glances at ``core.draining`` every
-:data:`DRAIN_CHECK_S` (no render) and ends at once when it is set.
+so a busy daemon costs a stream at most a few renders a second. The
+daemon's drain rings the pulse too (``core.on_drain``), so an open board
+never holds a shutdown.
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ if TYPE_CHECKING:
 
 KEEPALIVE_S = 15.0
 COALESCE_S = 0.15
-DRAIN_CHECK_S = 1.0
 #: What a stream renders: (fragments by element id, headers by queue).
 Render = Callable[[Session], tuple[dict[str, str], list[dict[str, Any]]]]
 
@@ -46,11 +45,15 @@ class Pulse:
         self._event = trio.Event()
         self.listeners = 0
         core.writer.after_commit.append(self.ring)
+        core.on_drain.append(self._wake)
 
     def ring(self) -> None:
         """After a commit (cheap: called for every transaction)."""
         core = self._core
         core.history.sample(core.budgets.items(), core.clock.now_ms())
+        self._wake()
+
+    def _wake(self) -> None:
         if self.listeners:
             self._event.set()
             self._event = trio.Event()
@@ -113,13 +116,8 @@ async def stream(
             for at in (h.get("resets_at"), h.get("next_eligible_at")):
                 if at is not None and at > now_ms:
                     deadline = min(deadline, core.clock.deadline_for(at) + 0.05)
-        # A drain rings nothing, so the wait looks at ``draining`` every
-        # DRAIN_CHECK_S (one attribute read): an open board must not hold the
-        # daemon's shutdown for its whole grace period.
-        while not core.draining:
-            step = min(deadline, trio.current_time() + DRAIN_CHECK_S)
-            if await pulse.wait(step) or trio.current_time() >= deadline:
-                break
+        if not core.draining:
+            await pulse.wait(deadline)  # a commit, the drain, or the deadline
         if trio.current_time() >= deadline:
             yield b": keepalive\n\n"
         await trio.sleep(COALESCE_S)

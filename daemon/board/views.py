@@ -209,7 +209,7 @@ QUOTA_ROWS = (
     ("request_rate", None, "request tokens"),
     ("message_rate", None, "message tokens"),
     ("max_item_bytes", None, "largest payload"),
-    ("max_queues", None, "queues"),
+    ("max_queues", "queues", "queues"),
     ("max_retention_ms", None, "longest retention"),
 )
 
@@ -228,18 +228,26 @@ def quota(core: Core, session: Session, ns: str) -> dict[str, Any]:
         used = usage.get(used_key) if used_key else None
         if used is None and isinstance(door, dict) and field in door:
             used = door[field]
-        rows.append({"field": field, "limit": doc.get(field), "used": used, "words": words})
-    extra = {k: v for k, v in usage.items() if k not in {r[1] for r in QUOTA_ROWS} and k != "door"}
+        rows.append({"field": field, "limit": doc.get(field), "used": used, "words": words,
+                     "blocking": _blocking(field, usage)})  # fmt: skip
     return {
         "rows": rows,
         "source": (got or {}).get("source"),
         "error": (got or {}).get("error") or (status or {}).get("error"),
         "present": bool(doc) or bool(status),
-        "extra": extra,
         "visible": got is not None or status is not None,
         "on_excess": doc.get("on_excess"),
         "enforce": doc.get("enforce"),
     }
+
+
+def _blocking(field: str, usage: dict[str, Any]) -> str | None:
+    """Why a storage or monthly block holds now, in words (None: it does not)."""
+    if field == "max_retained_bytes" and usage.get("storage_blocked"):
+        return "blocking enqueues until the retained bytes fall below the release band"
+    if field == "monthly_jobs_quota" and usage.get("monthly_blocked"):
+        return f"blocking enqueues until {usage.get('month')} ends (UTC)"
+    return None
 
 
 def audit(core: Core, session: Session, ns: str, after: int | None) -> dict[str, Any] | None:

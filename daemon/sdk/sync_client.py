@@ -195,6 +195,11 @@ class Client:
         """Enqueue a batch as a unit (see :func:`~daemon.sdk.protocol.job_spec`)."""
         return self.call("enqueue_many", jobs=[dict(j) for j in jobs])["results"]
 
+    def complete_many(self, jobs: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """Complete many claimed jobs (``{job_id, lease, result?}`` each) in one call;
+        each result is ``{job_id, state}`` or ``{job_id, error}``, in order."""
+        return self.call("complete_many", jobs=[dict(j) for j in jobs])["results"]
+
     def claim_next(
         self,
         queues: Sequence[str],

@@ -207,6 +207,11 @@ class TrioClient:
         """Enqueue a batch as a unit (see :func:`~daemon.sdk.protocol.job_spec`)."""
         return (await self.call("enqueue_many", jobs=[dict(j) for j in jobs]))["results"]
 
+    async def complete_many(self, jobs: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """Complete many claimed jobs (``{job_id, lease, result?}`` each) in one call;
+        each result is ``{job_id, state}`` or ``{job_id, error}``, in order."""
+        return (await self.call("complete_many", jobs=[dict(j) for j in jobs]))["results"]
+
     async def claim_next(
         self,
         queues: Sequence[str],

@@ -295,6 +295,40 @@ def finish(
     return update(conn, before, changes, running=True)
 
 
+_COMPLETE_MANY = (
+    "UPDATE jobs SET state = 'completed', lease = NULL, lease_expires_at = NULL, "
+    "updated_at = ?, finished_at = ?, result = ?, dead = NULL "
+    "WHERE id = ? AND state = 'running' AND lease = ?"
+)
+
+
+def complete_many(
+    conn: sqlite3.Connection, rows: list[tuple[Row, str | None]], now: int
+) -> list[Row] | None:
+    """Complete the running jobs ``rows`` ((row, result JSON) each, guarded on
+    their leases) with one statement run for all; their rows after, or None
+    when any guard failed, having changed nothing (so the caller can go one
+    job at a time and say which)."""
+    conn.execute("SAVEPOINT complete_many")
+    changed = conn.executemany(
+        _COMPLETE_MANY, [(now, now, result, row[ID], row[LEASE]) for row, result in rows]
+    ).rowcount
+    if changed != len(rows):
+        conn.execute("ROLLBACK TO complete_many")
+        conn.execute("RELEASE complete_many")
+        return None
+    conn.execute("RELEASE complete_many")
+    done = []
+    for row, result in rows:
+        after = list(row)
+        after[STATE] = "completed"
+        after[LEASE] = after[LEASE_EXPIRES_AT] = after[DEAD] = None
+        after[UPDATED_AT] = after[FINISHED_AT] = now
+        after[RESULT] = result
+        done.append(tuple(after))
+    return done
+
+
 def replay(conn: sqlite3.Connection, before: Row, now: int) -> Row:
     """A dead letter back to pending: attempts 0, no error, no dead record."""
     changes = {

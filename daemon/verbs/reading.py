@@ -122,6 +122,7 @@ def _quota(core: Core, namespace: str) -> dict[str, Any] | None:
         "dead": counts.total(namespace, lc.DEAD),
         "enqueue_tokens": None if actor.rate is None else actor.rate.available(now),
         "waiting_claims": actor.waiting,
+        "queues": sum(1 for ns, _q in core.known_queues if ns == namespace),
         # The door's buckets now: tokens left (negative: in debt after deliveries).
         "door": core.door.describe(namespace),
         # Measured on ticks: None until the first measurement.

@@ -64,6 +64,23 @@ class CompleteArgs:
     result: Any = attrs.field(default=None, validator=json_value)
 
 
+#: Most completions one ``complete_many`` carries (as ``enqueue_many``'s jobs).
+MAX_COMPLETIONS = 1000
+
+
+@attrs.frozen
+class CompleteManyArgs:
+    """Completions of many jobs; each stands or fails alone."""
+
+    jobs: list[CompleteArgs]
+
+    def __attrs_post_init__(self) -> None:
+        if not 1 <= len(self.jobs) <= MAX_COMPLETIONS:
+            raise invalid(
+                "jobs", f"jobs must hold 1-{MAX_COMPLETIONS} completions, got {len(self.jobs)}"
+            )
+
+
 @attrs.frozen
 class FailArgs:
     job_id: str = attrs.field(validator=text(64))
@@ -264,6 +281,13 @@ def _leased_in_store(core: Core, call: Call, tx: Tx, job_id: str, lease: str) ->
     return row
 
 
+def _lost(core: Core, call: Call, tx: Tx, job_id: str, lease: str) -> Refused:
+    """A guarded update found the remembered row stale: the store says precisely
+    why (raising its refusal), else the lease is simply gone."""
+    _leased_in_store(core, call, tx, job_id, lease)
+    return Refused("lease_lost", f"job {job_id!r} is no longer held under this lease")
+
+
 @verb("claim", ("consume",), ClaimArgs)
 def claim(core: Core, call: Call, a: ClaimArgs) -> Plan:
     """Claim one job by id (a pending one, or one whose lease lapsed)."""
@@ -312,10 +336,7 @@ def _on_lease(core: Core, call: Call, job_id: str, lease: str, change: Change) -
         try:
             return change(tx, row)
         except sql.StaleRow:
-            _leased_in_store(core, call, tx, job_id, lease)
-            raise Refused(
-                "lease_lost", f"job {job_id!r} is no longer held under this lease"
-            ) from None
+            raise _lost(core, call, tx, job_id, lease) from None
 
     return Plan(write, _job_answer)
 
@@ -334,9 +355,8 @@ def heartbeat(core: Core, call: Call, a: HeartbeatArgs) -> Plan:
     return Plan(plan.write, lambda expires: {"lease_expires_at": expires})
 
 
-@verb("complete", ("consume",), CompleteArgs)
-def complete(core: Core, call: Call, a: CompleteArgs) -> Plan:
-    """Finish a job successfully."""
+def _completion(core: Core, a: CompleteArgs) -> Change:
+    """The change that finishes the job of ``a`` successfully."""
     result = None if a.result is None else sql.dumps(a.result)
 
     def change(tx: Tx, row: sql.Row) -> sql.Row:
@@ -345,7 +365,55 @@ def complete(core: Core, call: Call, a: CompleteArgs) -> Plan:
         core.moved(tx, row, after)
         return after
 
-    return _on_lease(core, call, a.job_id, a.lease, change)
+    return change
+
+
+@verb("complete", ("consume",), CompleteArgs)
+def complete(core: Core, call: Call, a: CompleteArgs) -> Plan:
+    """Finish a job successfully."""
+    return _on_lease(core, call, a.job_id, a.lease, _completion(core, a))
+
+
+@verb("complete_many", ("consume",), CompleteManyArgs)
+def complete_many(core: Core, call: Call, a: CompleteManyArgs) -> Plan:
+    """Finish many jobs in one transaction (a worker's batch completer, as River's).
+
+    Each completion stands alone: one whose lease is lost is answered with its
+    error in its place, and the others complete. A job named twice is
+    completed once; the second is ``lease_lost``.
+    """
+
+    def write(tx: Tx) -> list[dict[str, Any]]:
+        state = lc.check("complete", lc.RUNNING, lc.COMPLETED)
+        outcome: list[dict[str, Any]] = [{"job_id": c.job_id} for c in a.jobs]
+        found: list[tuple[int, sql.Row, str | None]] = []
+        for i, c in enumerate(a.jobs):
+            try:
+                row = _leased(core, call, tx, c.job_id, c.lease)
+            except Refused as refused:  # this job only: nothing of it is written
+                outcome[i]["error"] = refused.to_wire()
+                continue
+            found.append((i, row, None if c.result is None else sql.dumps(c.result)))
+        done = sql.complete_many(tx.conn, [(row, r) for _i, row, r in found], tx.now_ms)
+        if done is None:  # a stale row or a job named twice: one at a time, to say which
+            done = []
+            for i, row, result in found:
+                try:
+                    done.append(sql.finish(tx.conn, row, state=state, now=tx.now_ms,
+                                           result=result))  # fmt: skip
+                except sql.StaleRow:
+                    try:
+                        refusal = _lost(core, call, tx, row[sql.ID], row[sql.LEASE])
+                    except Refused as why:
+                        refusal = why
+                    outcome[i]["error"] = refusal.to_wire()
+        for item in outcome:
+            if "error" not in item:
+                item["state"] = lc.COMPLETED
+        core.finished(tx, done)
+        return outcome
+
+    return Plan(write, lambda results: {"results": results})
 
 
 @verb("fail", ("consume",), FailArgs)

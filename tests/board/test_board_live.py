@@ -102,3 +102,17 @@ async def test_the_stream_ends_when_the_session_goes(tmp_path, autojump_clock):
             await call(core, "enqueue", queue="q", type="t")  # a commit wakes it
             assert decode(await stream.__anext__())[0] == "end"
             await stream.aclose()
+
+
+async def test_the_drain_ends_an_open_stream_at_once(tmp_path, autojump_clock):
+    with trio.fail_after(60):
+        async with running_core(tmp_path) as core:
+            stream = await events_of(core, None)
+            await stream.__anext__()  # retry
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(partial(until, stream, "end"))
+                await trio.sleep(1)  # virtual time: the stream waits (keepalive in 15 s)
+                t0 = trio.current_time()
+                core.drain()  # no commit: only the drain wakes the stream
+            assert trio.current_time() - t0 < 1  # not the 15 s keepalive
+            await stream.aclose()

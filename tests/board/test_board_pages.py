@@ -323,3 +323,27 @@ async def test_an_operator_sees_every_namespace(tmp_path):
             overview = (await client.get("/")).text
             assert 'href="/board/ns/a"' in overview and 'href="/board/ns/b"' in overview
             assert "b-queue" in (await client.get("/board/ns/b")).text
+
+
+async def test_the_quota_page_names_each_limit_its_use_and_a_block(tmp_path):
+    async with board(tmp_path) as (core, client):
+        await call(core, "quota_set", quota={
+            "max_queues": 5, "monthly_jobs_quota": 1, "max_retained_bytes": 10**6,
+            "request_rate": {"capacity": 100, "refill_per_s": 20}})  # fmt: skip
+        await call(core, "enqueue_many", jobs=[{"queue": q, "type": "t"} for q in "ab"])
+        await core.usage.tick()  # the roll-up counts 2 >= 1: blocked
+        actor = core.namespaces.get("default")
+        actor.storage.measure(2_500_000, 10**6, None)  # as the retention leader would
+        html = (await client.get("/board/ns/default/quota")).text
+        rows = {
+            m[0]: m[1]
+            for m in re.findall(
+                r"<th scope=\"row\"><code>(\w+)</code></th>\s*<td>([^<]*)</td>", html
+            )
+        }
+        assert rows["max_queues"] == "2" and rows["monthly_jobs_quota"] == "2"
+        assert rows["max_retained_bytes"] == "2500000"  # bytes in full, not 2.5e+06
+        assert "100 burst, 20.0/s" in html
+        month = actor.monthly.month
+        assert f"blocking enqueues until {month} ends (UTC)" in html
+        assert "blocking enqueues until the retained bytes fall below the release band" in html

@@ -134,6 +134,13 @@ def _check_complete(w: World) -> None:
     _not_found(w, "complete", job_id=w.running["id"], lease=w.running["lease"])
 
 
+def _check_complete_many(w: World) -> None:
+    job = {"job_id": w.running["id"], "lease": w.running["lease"]}
+    (result,) = w.b.ok("complete_many", jobs=[job])["results"]
+    assert result["error"]["code"] == "not_found"  # B cannot complete A's job
+    assert w.a.ok("get", job_id=w.running["id"])["job"]["status"] == "running"
+
+
 def _check_fail(w: World) -> None:
     _not_found(w, "fail", job_id=w.running["id"], lease=w.running["lease"], error="x", dead=True)
 
@@ -313,6 +320,7 @@ ISOLATION: dict[str, Callable[[World], None]] = {
     "claim": _check_claim,
     "heartbeat": _check_heartbeat,
     "complete": _check_complete,
+    "complete_many": _check_complete_many,
     "fail": _check_fail,
     "release": _check_release,
     "dead_replay": _check_dead_replay,

@@ -8,7 +8,7 @@ import pytest
 import trio
 
 from actors.errors import Refused
-from daemon.admin_limit import ADMIN_WRITES, BURST, admin_writes
+from daemon.admin_limit import ADMIN_WRITES, BURST
 from daemon.core import Core
 from daemon.dispatch import dispatch
 from daemon.session import ALL_GRANTS, Session
@@ -100,7 +100,7 @@ async def test_open_mode_limits_http_clients_by_address_and_not_the_socket(
 
 async def test_full_buckets_are_forgotten(tmp_path, autojump_clock):
     async with running_core(tmp_path) as core:
-        limiter = admin_writes(core)
+        limiter = core.admin_writes
         await put(core, token("a"))
         for _ in range(BURST):
             await put(core, token("b"))

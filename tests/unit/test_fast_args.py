@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from actors.errors import Refused
 from daemon.verbs import fast_args
 from daemon.verbs.producing import EnqueueArgs, EnqueueManyArgs
-from daemon.verbs.working import ClaimNextArgs, CompleteArgs
+from daemon.verbs.working import ClaimNextArgs, CompleteArgs, CompleteManyArgs
 from daemon.wire import FAST, converter, structure
 
 deep: list = []
@@ -38,7 +38,9 @@ def _agree(cls: type, args: dict) -> None:
 
 
 def test_every_hot_class_has_its_check():
-    assert set(FAST) == {EnqueueArgs, EnqueueManyArgs, ClaimNextArgs, CompleteArgs}
+    assert set(FAST) == {
+        EnqueueArgs, EnqueueManyArgs, ClaimNextArgs, CompleteArgs, CompleteManyArgs,
+    }  # fmt: skip
 
 
 @given(_args(fast_args._ENQUEUE))
@@ -65,6 +67,12 @@ def test_complete(args):
     _agree(CompleteArgs, args)
 
 
+@given(st.lists(_args(("job_id", "lease", "result")), max_size=3))
+@settings(max_examples=200, deadline=None)
+def test_complete_many(jobs):
+    _agree(CompleteManyArgs, {"jobs": jobs})
+
+
 @pytest.mark.parametrize(
     ("cls", "args"),
     [
@@ -78,6 +86,7 @@ def test_complete(args):
         (ClaimNextArgs, {"queues": ["a"]}),
         (CompleteArgs, {"job_id": "j", "lease": "l", "result": {"ok": True}}),
         (CompleteArgs, {"job_id": "j", "lease": "l"}),
+        (CompleteManyArgs, {"jobs": [{"job_id": "j", "lease": "l"}] * 3}),
     ],
 )  # fmt: skip
 def test_valid_arguments_take_the_fast_path(cls, args):

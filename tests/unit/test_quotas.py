@@ -358,7 +358,7 @@ async def test_status_shows_the_quota_and_usage_against_it(tmp_path, autojump_cl
         assert quota == {
             "max_pending": 10, "on_excess": "reject", "enqueue_rate": "5/s", "max_running": 3,
             "usage": {"pending": 2, "running": 2, "completed": 0, "dead": 0,
-                      "enqueue_tokens": 1.0, "waiting_claims": 0, "door": {},
+                      "enqueue_tokens": 1.0, "waiting_claims": 0, "queues": 1, "door": {},
                       "retained_bytes": None, "storage_blocked": False,
                       # Not counted yet: the roll-up tick at start came before the namespace.
                       "monthly_jobs": None, "month": None,

@@ -405,3 +405,57 @@ async def test_unknown_job_is_not_found(tmp_path, autojump_clock):
                 with pytest.raises(Refused) as info:
                     await call(core, op, job_id="nope", **args)
                 assert info.value.code == "not_found"
+
+
+async def test_complete_many_completes_each_job_alone(tmp_path, autojump_clock):
+    async with running_core(tmp_path) as core:
+        await call(core, "enqueue_many", jobs=[{"queue": "q", "type": "t"}] * 3)
+        jobs = [j["job"] for j in (await call(core, "claim_next", queues=["q"], max=3))["jobs"]]
+        done = [{"job_id": j["id"], "lease": j["lease"], "result": {"n": i}}
+                for i, j in enumerate(jobs)]  # fmt: skip
+        stale = {"job_id": jobs[1]["id"], "lease": "not-the-lease"}
+        answer = await call(core, "complete_many", jobs=[done[0], stale, done[1], done[1]])
+        results = answer["results"]
+        assert [r.get("state") for r in results] == ["completed", None, "completed", None]
+        assert [r["job_id"] for r in results] == [jobs[0]["id"], jobs[1]["id"], jobs[1]["id"],
+                                                  jobs[1]["id"]]  # fmt: skip
+        assert results[1]["error"]["code"] == results[3]["error"]["code"] == "lease_lost"
+        got = (await call(core, "get", job_id=jobs[1]["id"]))["job"]
+        assert (got["status"], got["result"]) == ("completed", {"n": 1})
+        assert (await call(core, "get", job_id=jobs[2]["id"]))["job"]["status"] == "running"
+        assert mem_counts(core)[("default", "q")]["completed"] == 2
+
+
+@pytest.mark.parametrize(
+    ("jobs", "field"),
+    [
+        ([], "jobs"),
+        ([{"job_id": "x"}], "jobs[0].lease"),
+        ("nope", "jobs"),
+        ([{"job_id": "x", "lease": "y", "extra": 1}], "jobs[0].extra"),
+        ([{"job_id": "x", "lease": "y"}] * 1001, "jobs"),
+    ],
+)
+async def test_complete_many_bad_input_writes_nothing(tmp_path, autojump_clock, jobs, field):
+    async with running_core(tmp_path) as core:
+        with pytest.raises(Refused) as info:
+            await call(core, "complete_many", jobs=jobs)
+        assert info.value.code == "invalid_argument"
+        assert info.value.details["field"] == field
+
+
+async def test_complete_many_frees_policy_slots_and_budget_tokens(tmp_path, autojump_clock):
+    async with running_core(tmp_path) as core:
+        await call(core, "policy_set", queue="q", max_in_flight=2)
+        await call(core, "budget_create", key="b", allocation=2,
+                   strategy={"type": "while_in_flight"})  # fmt: skip
+        bound = {"queue": "q", "type": "t", "budgets": [{"key": "b", "cost": 1}]}
+        await call(core, "enqueue_many", jobs=[bound] * 4)
+        jobs = [j["job"] for j in (await call(core, "claim_next", queues=["q"], max=4))["jobs"]]
+        assert len(jobs) == 2  # two slots, two tokens
+        assert (await call(core, "claim_next", queues=["q"], max=4))["jobs"] == []
+        await call(core, "complete_many",
+                   jobs=[{"job_id": j["id"], "lease": j["lease"]} for j in jobs])  # fmt: skip
+        again = (await call(core, "claim_next", queues=["q"], max=4))["jobs"]
+        assert len(again) == 2  # both slots and both tokens came back
+        assert mem_counts(core) == db_counts(core)
