@@ -539,3 +539,75 @@ async def test_worker_heartbeats_keep_the_lease(daemon):
                 await _wait_until(lambda: worker.statistics().completed == 1)
                 worker.stop()
             assert (await client.get(job["id"]))["status"] == "completed"
+
+
+async def test_the_batch_completer_gathers_completions_while_a_call_is_in_flight(autojump_clock):
+    from daemon.sdk.completer import BatchCompleter
+
+    client_stream, server_stream = trio.testing.memory_stream_pair()
+    lost = {"code": "lease_lost", "message": "gone", "status": 409}
+    answers = [
+        {"ok": True, "results": [{"job_id": "a", "state": "completed"}]},
+        {"ok": True, "results": [{"job_id": "?", "error": lost},
+                                 {"job_id": "?", "state": "completed"}]},
+    ]  # fmt: skip
+    seen: list[tuple[float, dict]] = []
+
+    def job(job_id: str) -> TrioJob:
+        return TrioJob(client, {"id": job_id, "lease": "l-" + job_id, "attempts": 1})
+
+    outcomes: dict[str, str] = {}
+
+    async def complete(completer: BatchCompleter, j: TrioJob) -> None:
+        try:
+            await completer.complete(j, {"by": j.id})
+            outcomes[j.id] = "completed" if j.finished else "?"
+        except SluicegateError as exc:
+            outcomes[j.id] = exc.code
+
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_fake_daemon, server_stream, answers, seen)
+            async with TrioClient.over(client_stream) as client:
+                completer = BatchCompleter(client)
+                async with trio.open_nursery() as inner:
+                    await inner.start(completer.run)
+                    async with trio.open_nursery() as jobs:
+                        jobs.start_soon(complete, completer, job("a"))
+                        await trio.testing.wait_all_tasks_blocked()  # "a" is in flight...
+                        jobs.start_soon(complete, completer, job("b"))  # ...these gather
+                        jobs.start_soon(complete, completer, job("c"))
+                    inner.cancel_scope.cancel()
+                with pytest.raises(TypeError):  # an unencodable result: this job only
+                    await completer.complete(job("d"), object())
+    assert [r["op"] for _, r in seen] == ["complete_many", "complete_many"]
+    assert [len(r["jobs"]) for _, r in seen] == [1, 2]
+    first, second = seen[1][1]["jobs"]  # b and c, in the order their tasks ran
+    assert {first["job_id"], second["job_id"]} == {"b", "c"}
+    assert second == {"job_id": second["job_id"], "lease": "l-" + second["job_id"],
+                      "result": {"by": second["job_id"]}}  # fmt: skip
+    # The daemon's answers are positional: the first of the batch lost its lease.
+    assert outcomes == {"a": "completed", first["job_id"]: "lease_lost",
+                        second["job_id"]: "completed"}  # fmt: skip
+    assert (completer.calls, completer.completions) == (2, 3)
+
+
+async def test_a_busy_worker_completes_in_batches(daemon):
+    async def handler(job: TrioJob) -> int:
+        await trio.sleep(0.01)  # real time: the jobs finish close together
+        return job.payload["n"]
+
+    with trio.fail_after(30):
+        async with TrioClient.connect(daemon.socket) as client:
+            results = await client.enqueue_many(
+                [{"queue": "many", "type": "t", "payload": {"n": n}} for n in range(60)]
+            )
+            worker = Worker(client, ["many"], handler, concurrency=20, wait_ms=1000)
+            async with trio.open_nursery() as nursery:
+                await nursery.start(worker.run)
+                await _wait_until(lambda: worker.statistics().completed == 60)
+                worker.stop()
+            jobs = [await client.get(r["job"]["id"]) for r in results]
+    assert [j["result"] for j in jobs] == list(range(60))
+    completer = worker._completer
+    assert completer.completions == 60 and completer.calls < 60  # batched

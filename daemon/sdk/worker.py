@@ -5,7 +5,8 @@ wait_ms=...)``, so it never holds more jobs than it can run, and runs the
 handler for each: an ``async def`` on the event loop, a plain function in a
 thread (``trio.to_thread``). While a job runs, its lease is extended every
 ``lease_ms / 3``. The handler's return value completes the job (it is the
-``result``); an exception fails it with the exception's text, and the daemon
+``result``; completions go out in batches, :mod:`daemon.sdk.completer`); an
+exception fails it with the exception's text, and the daemon
 schedules the retry. A handler may also settle the job itself (``await
 job.release(delay_ms=...)``, ``await job.fail(..., dead=True)``), and the
 worker then leaves it alone. A heartbeat that finds the lease lost cancels
@@ -31,6 +32,7 @@ from typing import Any
 import attrs
 import trio
 
+from daemon.sdk.completer import BatchCompleter
 from daemon.sdk.errors import ConnectionLost, LeaseLost, SluicegateError
 from daemon.sdk.job import TrioJob
 from daemon.sdk.trio_client import TrioClient, collapse
@@ -113,6 +115,8 @@ class Worker:
         self._jobs_scope: trio.CancelScope | None = None
         self._draining = False
         self._no_more_jobs = trio.Event()
+        #: Completions go out in batches (one ``complete_many`` per batch).
+        self._completer = BatchCompleter(client)
 
     def statistics(self) -> WorkerStats:
         """The worker's counters now."""
@@ -159,9 +163,13 @@ class Worker:
         self, scope: trio.CancelScope, *, task_status: trio.TaskStatus[trio.Nursery]
     ) -> None:
         with scope:
-            async with trio.open_nursery() as jobs:
-                task_status.started(jobs)
-                await self._no_more_jobs.wait()
+            async with trio.open_nursery() as settling:
+                # The completer lives as long as the jobs (and their grace), no longer.
+                await settling.start(self._completer.run)
+                async with trio.open_nursery() as jobs:
+                    task_status.started(jobs)
+                    await self._no_more_jobs.wait()
+                settling.cancel_scope.cancel()
 
     async def _claim_loop(self, jobs: trio.Nursery) -> None:
         pause = 0.0
@@ -251,7 +259,7 @@ class Worker:
                 self._counts["failed"] += 1
             else:
                 try:
-                    await job.complete(outcome.value)
+                    await self._completer.complete(job, outcome.value)
                 except (TypeError, SluicegateError) as exc:
                     if isinstance(exc, LeaseLost | ConnectionLost):
                         raise
