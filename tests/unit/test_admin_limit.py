@@ -105,7 +105,7 @@ async def test_full_buckets_are_forgotten(tmp_path, autojump_clock):
         for _ in range(BURST):
             await put(core, token("b"))
         assert len(limiter) == 2
-        await trio.sleep(61)  # both buckets are full again: the same as fresh ones
+        await trio.sleep(61)  # virtual time (autojump_clock): both buckets full again
         await put(core, token("c"))  # the sweep runs on a call
         assert len(limiter) == 1  # only c's bucket, just used
         for _ in range(BURST):  # b's forgotten bucket gave nothing away
