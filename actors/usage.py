@@ -62,6 +62,10 @@ class MonthlyUse:
     #: Wall ms when that month ends: the count says nothing after it.
     until_ms: int = 0
 
+    def current(self, now_ms: int) -> int | None:
+        """The count, if it belongs to the month of ``now_ms`` (else None: not counted yet)."""
+        return self.used if now_ms < self.until_ms else None
+
     def exhausted(self, quota: int | None, now_ms: int) -> bool:
         """The allowance is used up (``>=``) for the month the count belongs to."""
         return quota is not None and now_ms < self.until_ms and self.used >= quota

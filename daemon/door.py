@@ -120,8 +120,7 @@ class Door:
     def request(self, namespace: str) -> None:
         """One authenticated request of ``namespace`` (after auth, before the verb)."""
         self._charge(namespace, "request_rate", 1)
-        if self._core.clock.now_ms() - self._swept_at >= SWEEP_EVERY_MS:
-            self._sweep(self._core.clock.now_ms())
+        self._sweep(self._core.clock.now_ms())
 
     def enqueue(self, namespace: str, payloads: list[Any]) -> list[str] | None:
         """A call enqueuing jobs with these payloads: size cap, blocks, then messages.

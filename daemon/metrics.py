@@ -333,9 +333,7 @@ class _Gauges(Collector):
             if quota.monthly_jobs_quota is not None:
                 now = self._core.clock.now_ms()
                 monthly = actor.monthly
-                families["monthly_jobs"].add_metric(
-                    [label], monthly.used if now < monthly.until_ms else 0
-                )
+                families["monthly_jobs"].add_metric([label], monthly.current(now) or 0)
                 families["monthly_blocked"].add_metric(
                     [label], int(monthly.exhausted(quota.monthly_jobs_quota, now))
                 )

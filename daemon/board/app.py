@@ -173,6 +173,13 @@ class Board:
             return self.refused(request, refused, self.session_of(request))
         return form
 
+    async def _write(
+        self, request: Request, session: Session, op: str, ns: str, **args: Any
+    ) -> dict[str, Any]:
+        """A form's write: through the dispatcher, the caller's address for the
+        admin write limit."""
+        return await write(self.core, session, op, ns, client=_client(request), **args)
+
     async def _guard(
         self,
         request: Request,
@@ -271,31 +278,13 @@ class Board:
                 action = form.get("action", "save")
                 try:
                     if action == "clear":
-                        await write(
-                            self.core,
-                            session,
-                            "policy_clear",
-                            ns,
-                            client=_client(request),
-                            queue=queue,
-                        )
+                        await self._write(request, session, "policy_clear", ns, queue=queue)
                         return RedirectResponse(f"{back}?notice=cleared#edit-policy", 303)
                     args = forms.policy_args(form)
-                    await write(
-                        self.core,
-                        session,
-                        "policy_set",
-                        ns,
-                        client=_client(request),
-                        queue=queue,
-                        **args,
-                    )
+                    await self._write(request, session, "policy_set", ns, queue=queue, **args)
                     return RedirectResponse(f"{back}?notice=saved#edit-policy", 303)
                 except Refused as refused:
-                    if refused.code not in ("invalid_argument", "conflict", "rate_limited"):
-                        raise
-                    values = {**values, **{k: v for k, v in form.items() if k in values}}
-                    error, field, status = refused.message, forms.field_of(refused), refused.status
+                    values, error, field, status = _refill(refused, values, form)
             audit = views.maybe_audit(self.core, session, ns, "queue", queue)
             return self.render(
                 request,
@@ -330,21 +319,10 @@ class Board:
                     return form
                 try:
                     args = forms.budget_args(form)
-                    await write(
-                        self.core,
-                        session,
-                        "budget_put",
-                        ns,
-                        client=_client(request),
-                        key=key,
-                        **args,
-                    )
+                    await self._write(request, session, "budget_put", ns, key=key, **args)
                     return RedirectResponse(f"{back}?notice=budget#edit-budget-{quote(key)}", 303)
                 except Refused as refused:
-                    if refused.code not in ("invalid_argument", "conflict", "rate_limited"):
-                        raise
-                    values = {**values, **{k: v for k, v in form.items() if k in values}}
-                    error, field, status = refused.message, forms.field_of(refused), refused.status
+                    values, error, field, status = _refill(refused, values, form)
             return self.render(
                 request,
                 "budget_edit.html",
@@ -373,25 +351,11 @@ class Board:
                 return form
             job_id = form.get("job_id", "")
             if job_id:
-                await write(
-                    self.core,
-                    session,
-                    "dead_replay",
-                    ns,
-                    client=_client(request),
-                    job_ids=[job_id],
-                    queue=queue,
+                await self._write(
+                    request, session, "dead_replay", ns, job_ids=[job_id], queue=queue
                 )
             else:
-                await write(
-                    self.core,
-                    session,
-                    "dead_replay",
-                    ns,
-                    client=_client(request),
-                    all=True,
-                    queue=queue,
-                )
+                await self._write(request, session, "dead_replay", ns, all=True, queue=queue)
             return RedirectResponse(
                 f"/board/ns/{quote(ns)}/q/{quote(queue)}?notice=replayed#dead", 303
             )
@@ -487,3 +451,15 @@ def board_app(core: Core) -> Board:
 def _client(request: Request) -> str | None:
     """The HTTP caller's address (keys the admin write limit in open mode)."""
     return request.client.host if request.client is not None else None
+
+
+def _refill(
+    refused: Refused, values: dict[str, Any], form: dict[str, str]
+) -> tuple[dict[str, Any], str, str | None, int]:
+    """An editor's form shown again after the verb refused it: the values as
+    typed, the message, the field it names and the status. A refusal a form
+    cannot help with (forbidden, not found) goes on to the error page."""
+    if refused.code not in ("invalid_argument", "conflict", "rate_limited"):
+        raise refused
+    typed = {**values, **{k: v for k, v in form.items() if k in values}}
+    return typed, refused.message, forms.field_of(refused), refused.status

@@ -128,8 +128,8 @@ def _quota(core: Core, namespace: str) -> dict[str, Any] | None:
         # Measured on ticks: None until the first measurement.
         "retained_bytes": actor.storage.measured,
         "storage_blocked": actor.storage.held and quota.max_retained_bytes is not None,
-        "monthly_jobs": monthly.used if now < monthly.until_ms else None,
-        "month": monthly.month if now < monthly.until_ms else None,
+        "monthly_jobs": monthly.current(now),
+        "month": None if monthly.current(now) is None else monthly.month,
         "monthly_blocked": monthly.exhausted(quota.monthly_jobs_quota, now),
     }
     return {**quota.to_dict(), "usage": usage}

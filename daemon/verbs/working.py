@@ -355,23 +355,18 @@ def heartbeat(core: Core, call: Call, a: HeartbeatArgs) -> Plan:
     return Plan(plan.write, lambda expires: {"lease_expires_at": expires})
 
 
-def _completion(core: Core, a: CompleteArgs) -> Change:
-    """The change that finishes the job of ``a`` successfully."""
+@verb("complete", ("consume",), CompleteArgs)
+def complete(core: Core, call: Call, a: CompleteArgs) -> Plan:
+    """Finish a job successfully."""
     result = None if a.result is None else sql.dumps(a.result)
 
     def change(tx: Tx, row: sql.Row) -> sql.Row:
         state = lc.check("complete", lc.RUNNING, lc.COMPLETED)
         after = sql.finish(tx.conn, row, state=state, now=tx.now_ms, result=result)
-        core.moved(tx, row, after)
+        core.finished(tx, [after])
         return after
 
-    return change
-
-
-@verb("complete", ("consume",), CompleteArgs)
-def complete(core: Core, call: Call, a: CompleteArgs) -> Plan:
-    """Finish a job successfully."""
-    return _on_lease(core, call, a.job_id, a.lease, _completion(core, a))
+    return _on_lease(core, call, a.job_id, a.lease, change)
 
 
 @verb("complete_many", ("consume",), CompleteManyArgs)
