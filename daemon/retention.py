@@ -95,10 +95,9 @@ class Retention:
             self.held = await self._write(self._renew)
             if not self.held:
                 return False
-            await self._ttl_sweeps(deleted)
+            queues = await self._ttl_sweeps(deleted)
             await self._ceilings(deleted)
             # After the deletions, so the figure is what stays (seed 001's storage quota).
-            queues = [(ns, q) for ns, q, _c, _d in queue_sql.all_queues(core.conn)]
             await usage.measure_retained(core, queues)
         except _LeaseLost:
             self.held = False
@@ -153,8 +152,9 @@ class Retention:
 
     # -- TTL sweeps ----------------------------------------------------------------
 
-    async def _ttl_sweeps(self, deleted: Counter[tuple[str, str]]) -> None:
-        """Every queue's expired rows, in writes of at most ``batch`` index entries read."""
+    async def _ttl_sweeps(self, deleted: Counter[tuple[str, str]]) -> list[tuple[str, str]]:
+        """Every queue's expired rows, in writes of at most ``batch`` index entries read;
+        returns every queue it looked at (for the retained-bytes measurement)."""
         core = self.core
         defaults = core.config.retention
         # The queues table names every queue, whichever daemon made it, so a leader
@@ -176,6 +176,7 @@ class Retention:
             position = await self._sweep_write(
                 lambda tx, at=position: self._ttl_batch(tx, work, at, deleted)
             )
+        return list(ttls)
 
     def _ttl_batch(
         self,
