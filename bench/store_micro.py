@@ -40,7 +40,7 @@ _BY_ID = (
 )
 _CLAIM = (
     "SELECT id, lease_ms FROM jobs INDEXED BY ix_jobs_ready WHERE namespace = ? AND queue = ? "
-    "AND state = 'pending' ORDER BY priority, ready_at, id LIMIT ?"
+    "AND state = 'pending' AND parked_on IS NULL ORDER BY priority, ready_at, id LIMIT ?"
 )
 _MARK = (
     "UPDATE jobs SET state = 'running', attempts = attempts + 1, lease = ?, "

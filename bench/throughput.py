@@ -62,6 +62,9 @@ class PhaseResult:
     daemon_cpu_pct: float | None = None
     #: CPU the client processes used, in % of one core over the phase.
     client_cpu_pct: float | None = None
+    #: The daemon's CPU per completed job, in µs: steadier than jobs/s when the
+    #: machine is shared, since it does not count time the daemon was descheduled.
+    daemon_us_per_job: float | None = None
     #: Writes per group commit (status.daemon.group_commits), when exposed.
     writes_per_commit: float | None = None
     loop_lag: dict[str, Any] | None = None
@@ -192,6 +195,8 @@ def _figures(result: PhaseResult, reports: list[Report], status: dict[str, Any],
         # Per cent of one core over the measured span (the daemon idles after it).
         result.daemon_cpu_pct = daemon_cpu / result.seconds * 100
         result.client_cpu_pct = sum(r.cpu_seconds for r in reports) / result.seconds * 100
+    if result.completed:
+        result.daemon_us_per_job = daemon_cpu / result.completed * 1e6
     commits = (status.get("daemon") or {}).get("group_commits") or {}
     if commits.get("commits"):
         result.writes_per_commit = commits["writes"] / commits["commits"]
@@ -223,8 +228,8 @@ def _lag(lag: dict[str, Any] | None) -> str:
 def table(results: list[PhaseResult]) -> str:
     """The results as an aligned text table."""
     head = ("phase", "synchronous", "run", "jobs", "seconds", "jobs/s", "enqueue/s",
-            "claim p50 ms", "claim p99 ms", "loop lag p99 ms", "daemon CPU", "client CPU",
-            "writes/commit", "ok")  # fmt: skip
+            "claim p50 ms", "claim p99 ms", "loop lag p99 ms", "daemon CPU", "daemon us/job",
+            "client CPU", "writes/commit", "ok")  # fmt: skip
     rows = [head]
     for r in results:
         rows.append((
@@ -232,6 +237,7 @@ def table(results: list[PhaseResult]) -> str:
             f"{r.jobs_per_s:,.0f}", "-" if r.enqueue_per_s is None else f"{r.enqueue_per_s:,.0f}",
             _ms(r.claim_p50_ms), _ms(r.claim_p99_ms), _lag(r.loop_lag),
             "-" if r.daemon_cpu_pct is None else f"{r.daemon_cpu_pct:.0f}%",
+            "-" if r.daemon_us_per_job is None else f"{r.daemon_us_per_job:.0f}",
             "-" if r.client_cpu_pct is None else f"{r.client_cpu_pct:.0f}%",
             "-" if r.writes_per_commit is None else f"{r.writes_per_commit:.1f}",
             "yes" if r.ok else "NO",

@@ -199,6 +199,9 @@ class GroupCommit:
                 # Woken by the first write of a round: by the time this task runs,
                 # every task of that round has queued its write.
                 await self._wake.wait()
+                # One more round first: connections whose requests arrived while
+                # the last commit ran are read now, and join this transaction.
+                await trio.lowlevel.cancel_shielded_checkpoint()
                 self._wake = trio.Event()
                 while self._queue:
                     self._commit(self._take())

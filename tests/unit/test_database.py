@@ -216,21 +216,34 @@ async def test_tx_now_is_read_once_per_transaction(db, autojump_clock):
         assert seen == [1000] * 5 + [1001]
 
 
-async def test_a_submitted_write_commits_even_if_its_caller_is_cancelled(db, autojump_clock):
+async def test_a_write_that_ran_commits_even_if_its_caller_is_then_cancelled(db, autojump_clock):
     with trio.fail_after(10):
         writer = GroupCommit(db.conn, lambda: 1000)
         async with trio.open_nursery() as nursery:
             await nursery.start(writer.run)
             with trio.CancelScope() as scope:
-                nursery.start_soon(_cancel_soon, scope)
-                await writer.write(_put("submitted"))
+
+                def put_then_cancel(tx):
+                    _put("ran")(tx)
+                    scope.cancel()  # the caller is cancelled once its write ran
+
+                await writer.write(put_then_cancel)
             await writer.write(_put("after"))
             nursery.cancel_scope.cancel()
-        assert _rows(db) == {"submitted": 1, "after": 1}
+        assert _rows(db) == {"ran": 1, "after": 1}
 
 
-async def _cancel_soon(scope: trio.CancelScope) -> None:
-    scope.cancel()
+async def test_a_write_whose_caller_is_cancelled_before_it_ran_is_withdrawn(db, autojump_clock):
+    with trio.fail_after(10):
+        writer = GroupCommit(db.conn, lambda: 1000)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(writer.run)
+            with trio.CancelScope() as scope:
+                scope.cancel()
+                await writer.write(_put("withdrawn"))
+            await writer.write(_put("after"))
+            nursery.cancel_scope.cancel()
+        assert _rows(db) == {"after": 1}
 
 
 async def test_writes_pending_at_shutdown_are_committed_then_refused(db, autojump_clock):

@@ -8,6 +8,7 @@ from typing import Any
 import orjson
 import pytest
 import trio
+import trio.testing
 
 from actors.errors import Refused
 from actors.quota import Quota, Rate, parse_quota
@@ -350,6 +351,7 @@ def test_config_without_quotas_has_no_problems():
 
 async def test_status_shows_the_quota_and_usage_against_it(tmp_path, autojump_clock):
     async with running_core(tmp_path) as core:
+        await trio.testing.wait_all_tasks_blocked()  # the roll-up's first tick has run
         assert (await call(core, "status"))["quota"] is None
         await set_quota(core, max_pending=10, enqueue_rate="5/s", max_running=3)
         await enqueue(core, 4)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -155,3 +156,75 @@ def test_promote_and_lapse_queries_are_indexed(tmp_path):
         assert sql.earliest_lease_expiry(conn) is None
     finally:
         db.conn.close()
+
+
+def _stored(conn) -> dict[str, tuple]:
+    return {r[0]: tuple(r) for r in conn.execute(f"SELECT {sql.COLS} FROM jobs")}
+
+
+@pytest.fixture
+def conn(tmp_path):
+    db = open_database(tmp_path / "jobs.db")
+    yield db.conn
+    db.conn.close()
+
+
+def test_insert_stores_plain_and_full_rows_alike(conn):
+    # A fresh job binds 13 columns, a row with any later column set binds all 22:
+    # both must read back exactly as given, in one batch.
+    plain = _row("p", "q", "pending", 1, NOW)
+    keyed = (*_row("k", "q", "pending", 1, NOW)[:16], "key", *(None,) * 5)
+    shed = _row("s", "q", "dead", 1, NOW)
+    shed = (*shed[:13], NOW, None, None, None, '[{"key":"b","cost":1}]', "quota", None,
+            '{"reason":"shed"}', None)  # fmt: skip
+    zero = (*_row("z", "q", "pending", 0, 0)[:13], 0, *(None,) * 8)  # falsy, not NULL
+    with conn:
+        sql.insert(conn, [plain, keyed, shed, zero])
+    assert _stored(conn) == {"p": plain, "k": keyed, "s": shed, "z": zero}
+
+
+def test_mark_running_marks_every_row_of_a_claim_whatever_its_size(conn):
+    # One statement per up to 512 ids, padded to a power of two: 700 rows take
+    # two statements, the second padded from 188 to 256 ids.
+    rows = [_row(f"j{i:04d}", "q", "pending", 1, NOW) for i in range(700)]
+    rows[5] = (*rows[5][: sql.LEASE_MS], 9_000, *rows[5][sql.LEASE_MS + 1 :])
+    with conn:
+        sql.insert(conn, [*rows, _row("other", "q", "pending", 1, NOW)])
+        claimed = sql.mark_running(conn, rows, "L", None, NOW + 1)
+    stored = _stored(conn)
+    assert claimed == [stored[r[sql.ID]] for r in rows]
+    assert {r[sql.STATE] for r in claimed} == {"running"}
+    assert {r[sql.ATTEMPTS] for r in claimed} == {1}
+    assert stored["j0005"][sql.LEASE_EXPIRES_AT] == NOW + 1 + 9_000  # its own lease_ms
+    assert stored["j0006"][sql.LEASE_EXPIRES_AT] == NOW + 1 + 30_000
+    assert stored["other"][sql.STATE] == "pending"  # padding never reaches another row
+    with conn:
+        again = sql.mark_running(conn, claimed[:3], "M", 1_000, NOW + 2)
+    assert [r[sql.ATTEMPTS] for r in again] == [2, 2, 2]
+    assert _stored(conn)["j0000"][sql.LEASE_EXPIRES_AT] == NOW + 2 + 1_000
+
+
+def test_complete_many_groups_by_lease_and_result_and_refuses_as_a_whole(conn):
+    with conn:
+        sql.insert(conn, [_row(f"j{i:04d}", "q", "pending", 1, NOW) for i in range(600)])
+        first = sql.mark_running(conn, sql.ready(conn, "ns", ["q"], 550), "A", None, NOW)
+        second = sql.mark_running(conn, sql.ready(conn, "ns", ["q"], 50), "B", None, NOW)
+    # A job named twice, or one whose lease is not its own: nothing changes.
+    with conn:
+        assert sql.complete_many(conn, [(first[0], None), (first[0], None)], NOW + 5) is None
+        stale = (*first[1][: sql.LEASE], "B", *first[1][sql.LEASE + 1 :])
+        assert sql.complete_many(conn, [(first[2], None), (stale, None)], NOW + 5) is None
+    assert {r[sql.STATE] for r in _stored(conn).values()} == {"running"}
+    items = [(row, None) for row in first[:540]] + [(first[540], '"x"'), (first[541], '"y"')]
+    items += [(row, '"x"') for row in second]
+    with conn:
+        done = sql.complete_many(conn, items, NOW + 5)
+    stored = _stored(conn)
+    assert done == [stored[row[sql.ID]] for row, _r in items]
+    assert {r[sql.STATE] for r in done} == {"completed"}
+    assert stored[first[540][sql.ID]][sql.RESULT] == '"x"'
+    assert stored[first[541][sql.ID]][sql.RESULT] == '"y"'
+    assert stored[second[0][sql.ID]][sql.RESULT] == '"x"'
+    assert stored[first[0][sql.ID]][sql.RESULT] is None
+    left = [r for r in stored.values() if r[sql.STATE] == "running"]
+    assert [r[sql.ID] for r in left] == [r[sql.ID] for r in first[542:]]
