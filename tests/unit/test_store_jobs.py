@@ -38,8 +38,8 @@ def _claim(conn, queues, limit, lease="lease", lease_ms=None):
     return sql.mark_running(conn, sql.ready(conn, "ns", queues, limit), lease, lease_ms, NOW)
 
 
-def _plan(conn, statement: str) -> list[tuple[int, int, str]]:
-    return [(r[0], r[1], r[3]) for r in conn.execute("EXPLAIN QUERY PLAN " + statement)]
+def _plan(conn, statement: str, params: tuple = ()) -> list[tuple[int, int, str]]:
+    return [(r[0], r[1], r[3]) for r in conn.execute("EXPLAIN QUERY PLAN " + statement, params)]
 
 
 def _claim_capturing(conn, queues, limit):
@@ -228,3 +228,21 @@ def test_complete_many_groups_by_lease_and_result_and_refuses_as_a_whole(conn):
     assert stored[first[0][sql.ID]][sql.RESULT] is None
     left = [r for r in stored.values() if r[sql.STATE] == "running"]
     assert [r[sql.ID] for r in left] == [r[sql.ID] for r in first[542:]]
+
+
+def test_the_id_list_updates_search_by_id_whatever_the_statistics(conn):
+    # With few running jobs among many, the partial lease index looks cheap to
+    # the planner; a claim or completion must still find its rows by id.
+    rows = [_row(f"j{i:05d}", "q", "completed", 1, NOW) for i in range(3000)]
+    rows += [_row(f"r{i:02d}", "q", "running", 1, NOW) for i in range(10)]
+    with conn:
+        sql.insert(conn, rows)
+    conn.execute("ANALYZE")
+    for size in (1, 3, 64, 512):
+        ids = [f"r{i:02d}" for i in range(min(size, 10))] * (size // min(size, 10) + 1)
+        for template, head in ((sql._MARK_RUNNING, ("L", NOW, None, NOW)),
+                               (sql._COMPLETE_MANY, (NOW, NOW, None))):  # fmt: skip
+            statement, params = sql._in_list(template, ids[:size])
+            tail = ("L",) if template is sql._COMPLETE_MANY else ()
+            plan = [d for _i, _p, d in _plan(conn, statement, (*head, *params, *tail))]
+            assert plan == ["SEARCH jobs USING INDEX sqlite_autoindex_jobs_1 (id=?)"], plan
