@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import pytest
 import trio
@@ -71,48 +73,47 @@ async def _submit(writer: GroupCommit, outcomes: dict, key: str, fn) -> None:
         outcomes[key] = exc.code
 
 
-async def test_one_round_of_writes_is_one_transaction(db, autojump_clock):
+@asynccontextmanager
+async def _committing(db, now=lambda: 1000) -> AsyncIterator[GroupCommit]:
+    """A GroupCommit on ``db`` whose committer runs for the block (10 s at most)."""
     with trio.fail_after(10):
-        writer = GroupCommit(db.conn, lambda: 1000)
-        effects: list[str] = []
-        results: dict[str, str] = {}
+        writer = GroupCommit(db.conn, now)
         async with trio.open_nursery() as nursery:
             await nursery.start(writer.run)
-
-            async def put(key):
-                results[key] = await writer.write(_put(key, effects=effects))
-
-            async with trio.open_nursery() as writers:
-                for i in range(20):
-                    writers.start_soon(put, f"k{i}")
-            assert writer.commits == 1
-            assert writer.writes == 20
-            assert results == {f"k{i}": f"k{i}" for i in range(20)}
-            assert sorted(effects) == sorted(results)
+            yield writer
             nursery.cancel_scope.cancel()
-        assert len(_rows(db)) == 20
+
+
+async def test_one_round_of_writes_is_one_transaction(db, autojump_clock):
+    effects: list[str] = []
+    results: dict[str, str] = {}
+    async with _committing(db) as writer:
+
+        async def put(key):
+            results[key] = await writer.write(_put(key, effects=effects))
+
+        async with trio.open_nursery() as writers:
+            for i in range(20):
+                writers.start_soon(put, f"k{i}")
+        assert writer.commits == 1
+        assert writer.writes == 20
+        assert results == {f"k{i}": f"k{i}" for i in range(20)}
+        assert sorted(effects) == sorted(results)
+    assert len(_rows(db)) == 20
 
 
 async def test_a_refused_write_rolls_back_alone(db, autojump_clock):
-    with trio.fail_after(10):
-        writer = GroupCommit(db.conn, lambda: 1000)
-        effects: list[str] = []
-        outcomes: dict[str, object] = {}
-        async with trio.open_nursery() as nursery:
-            await nursery.start(writer.run)
-
-            async with trio.open_nursery() as writers:
-                writers.start_soon(_submit, writer, outcomes, "a", _put("a", effects=effects))
-                writers.start_soon(
-                    _submit, writer, outcomes, "bad", _put_then_refuse("bad", effects)
-                )
-                writers.start_soon(_submit, writer, outcomes, "c", _put("c", effects=effects))
-                writers.start_soon(_submit, writer, outcomes, "d", _put("d", effects=effects))
-            nursery.cancel_scope.cancel()
-        assert writer.commits == 1
-        assert outcomes == {"a": "a", "bad": "conflict", "c": "c", "d": "d"}
-        assert _rows(db) == {"a": 1, "c": 1, "d": 1}
-        assert sorted(effects) == ["a", "c", "d"]  # the refused write's effects never run
+    effects: list[str] = []
+    outcomes: dict[str, object] = {}
+    async with _committing(db) as writer, trio.open_nursery() as writers:
+        writers.start_soon(_submit, writer, outcomes, "a", _put("a", effects=effects))
+        writers.start_soon(_submit, writer, outcomes, "bad", _put_then_refuse("bad", effects))
+        writers.start_soon(_submit, writer, outcomes, "c", _put("c", effects=effects))
+        writers.start_soon(_submit, writer, outcomes, "d", _put("d", effects=effects))
+    assert writer.commits == 1
+    assert outcomes == {"a": "a", "bad": "conflict", "c": "c", "d": "d"}
+    assert _rows(db) == {"a": 1, "c": 1, "d": 1}
+    assert sorted(effects) == ["a", "c", "d"]  # the refused write's effects never run
 
 
 def _counting(key: str, counter: dict[str, int], *, refuse: bool = False):
@@ -133,130 +134,93 @@ async def test_memory_changed_by_writes_follows_their_rollback(db, autojump_cloc
     # "bad" is refused after changing rows: the batch is rolled back whole and
     # run again with savepoints, so every write runs twice and every undo must
     # run exactly when its statements were undone.
-    with trio.fail_after(10):
-        writer = GroupCommit(db.conn, lambda: 1000)
-        counter = {"n": 0}
-        outcomes: dict[str, object] = {}
-        async with trio.open_nursery() as nursery:
-            await nursery.start(writer.run)
-            async with trio.open_nursery() as writers:
-                for key in ("a", "bad", "c"):
-                    fn = _counting(key, counter, refuse=key == "bad")
-                    writers.start_soon(_submit, writer, outcomes, key, fn)
-            nursery.cancel_scope.cancel()
-        assert outcomes == {"a": "a", "bad": "conflict", "c": "c"}
-        assert _rows(db) == {"a": 0, "c": 0}
-        assert counter["n"] == 2
+    counter = {"n": 0}
+    outcomes: dict[str, object] = {}
+    async with _committing(db) as writer, trio.open_nursery() as writers:
+        for key in ("a", "bad", "c"):
+            fn = _counting(key, counter, refuse=key == "bad")
+            writers.start_soon(_submit, writer, outcomes, key, fn)
+    assert outcomes == {"a": "a", "bad": "conflict", "c": "c"}
+    assert _rows(db) == {"a": 0, "c": 0}
+    assert counter["n"] == 2
 
 
 async def test_a_bug_in_a_write_is_an_internal_refusal_for_it_alone(db, autojump_clock, caplog):
-    with trio.fail_after(10):
-        writer = GroupCommit(db.conn, lambda: 1000)
-        outcomes: dict[str, object] = {}
+    outcomes: dict[str, object] = {}
 
-        def buggy(tx):
-            tx.conn.execute("INSERT INTO t VALUES ('bug', 0)")
-            raise KeyError("oops")
+    def buggy(tx):
+        tx.conn.execute("INSERT INTO t VALUES ('bug', 0)")
+        raise KeyError("oops")
 
-        async with trio.open_nursery() as nursery:
-            await nursery.start(writer.run)
-
-            with caplog.at_level(logging.ERROR):
-                async with trio.open_nursery() as writers:
-                    writers.start_soon(_submit, writer, outcomes, "bug", buggy)
-                    writers.start_soon(_submit, writer, outcomes, "ok", _put("ok"))
-            nursery.cancel_scope.cancel()
-        assert outcomes == {"bug": "internal", "ok": "ok"}
-        assert _rows(db) == {"ok": 1}
+    with caplog.at_level(logging.ERROR):
+        async with _committing(db) as writer, trio.open_nursery() as writers:
+            writers.start_soon(_submit, writer, outcomes, "bug", buggy)
+            writers.start_soon(_submit, writer, outcomes, "ok", _put("ok"))
+    assert outcomes == {"bug": "internal", "ok": "ok"}
+    assert _rows(db) == {"ok": 1}
 
 
 async def test_a_constraint_error_in_a_write_fails_it_alone(db, autojump_clock, caplog):
-    with trio.fail_after(10):
-        writer = GroupCommit(db.conn, lambda: 1000)
-        writer.run_now(_put("dup"))
-        outcomes: dict[str, object] = {}
-        async with trio.open_nursery() as nursery:
-            await nursery.start(writer.run)
-
-            with caplog.at_level(logging.ERROR):
-                async with trio.open_nursery() as writers:
-                    writers.start_soon(_submit, writer, outcomes, "x", _put("x"))
-                    writers.start_soon(_submit, writer, outcomes, "dup", _put("dup"))
-                    writers.start_soon(_submit, writer, outcomes, "y", _put("y"))
-            nursery.cancel_scope.cancel()
-        assert outcomes == {"x": "x", "dup": "internal", "y": "y"}
-        assert _rows(db) == {"dup": 1, "x": 1, "y": 1}
+    GroupCommit(db.conn, lambda: 1000).run_now(_put("dup"))
+    outcomes: dict[str, object] = {}
+    with caplog.at_level(logging.ERROR):
+        async with _committing(db) as writer, trio.open_nursery() as writers:
+            writers.start_soon(_submit, writer, outcomes, "x", _put("x"))
+            writers.start_soon(_submit, writer, outcomes, "dup", _put("dup"))
+            writers.start_soon(_submit, writer, outcomes, "y", _put("y"))
+    assert outcomes == {"x": "x", "dup": "internal", "y": "y"}
+    assert _rows(db) == {"dup": 1, "x": 1, "y": 1}
 
 
 async def test_writes_of_later_rounds_get_their_own_transaction(db, autojump_clock):
-    with trio.fail_after(10):
-        writer = GroupCommit(db.conn, lambda: 1000)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(writer.run)
-            await writer.write(_put("a"))
-            await writer.write(_put("b"))
-            await trio.sleep(1)
-            await writer.write(_put("c"))
-            assert writer.commits == 3
-            nursery.cancel_scope.cancel()
+    async with _committing(db) as writer:
+        await writer.write(_put("a"))
+        await writer.write(_put("b"))
+        await trio.sleep(1)  # virtual time: autojump_clock
+        await writer.write(_put("c"))
+        assert writer.commits == 3
 
 
 async def test_tx_now_is_read_once_per_transaction(db, autojump_clock):
-    with trio.fail_after(10):
-        ticks = iter(range(1000, 2000))
-        writer = GroupCommit(db.conn, lambda: next(ticks))
-        seen: list[int] = []
-        async with trio.open_nursery() as nursery:
-            await nursery.start(writer.run)
-            async with trio.open_nursery() as writers:
-                for _ in range(5):
-                    writers.start_soon(writer.write, lambda tx: seen.append(tx.now_ms))
-            await writer.write(lambda tx: seen.append(tx.now_ms))
-            nursery.cancel_scope.cancel()
-        assert seen == [1000] * 5 + [1001]
+    ticks = iter(range(1000, 2000))
+    seen: list[int] = []
+    async with _committing(db, lambda: next(ticks)) as writer:
+        async with trio.open_nursery() as writers:
+            for _ in range(5):
+                writers.start_soon(writer.write, lambda tx: seen.append(tx.now_ms))
+        await writer.write(lambda tx: seen.append(tx.now_ms))
+    assert seen == [1000] * 5 + [1001]
 
 
 async def test_a_write_that_ran_commits_even_if_its_caller_is_then_cancelled(db, autojump_clock):
-    with trio.fail_after(10):
-        writer = GroupCommit(db.conn, lambda: 1000)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(writer.run)
-            with trio.CancelScope() as scope:
+    async with _committing(db) as writer:
+        with trio.CancelScope() as scope:
 
-                def put_then_cancel(tx):
-                    _put("ran")(tx)
-                    scope.cancel()  # the caller is cancelled once its write ran
+            def put_then_cancel(tx):
+                _put("ran")(tx)
+                scope.cancel()  # the caller is cancelled once its write ran
 
-                await writer.write(put_then_cancel)
-            await writer.write(_put("after"))
-            nursery.cancel_scope.cancel()
-        assert _rows(db) == {"ran": 1, "after": 1}
+            await writer.write(put_then_cancel)
+        await writer.write(_put("after"))
+    assert _rows(db) == {"ran": 1, "after": 1}
 
 
 async def test_a_write_whose_caller_is_cancelled_before_it_ran_is_withdrawn(db, autojump_clock):
-    with trio.fail_after(10):
-        writer = GroupCommit(db.conn, lambda: 1000)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(writer.run)
-            with trio.CancelScope() as scope:
-                scope.cancel()
-                await writer.write(_put("withdrawn"))
-            await writer.write(_put("after"))
-            nursery.cancel_scope.cancel()
-        assert _rows(db) == {"after": 1}
+    async with _committing(db) as writer:
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await writer.write(_put("withdrawn"))
+        await writer.write(_put("after"))
+    assert _rows(db) == {"after": 1}
 
 
 async def test_writes_pending_at_shutdown_are_committed_then_refused(db, autojump_clock):
-    with trio.fail_after(10):
-        writer = GroupCommit(db.conn, lambda: 1000)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(writer.run)
-            await writer.write(_put("a"))
-            nursery.cancel_scope.cancel()
-        with pytest.raises(Refused) as info:
-            await writer.write(_put("late"))
-        assert info.value.code == "shutting_down"
-        assert _rows(db) == {"a": 1}
+    async with _committing(db) as writer:
+        await writer.write(_put("a"))
+    with pytest.raises(Refused) as info:
+        await writer.write(_put("late"))
+    assert info.value.code == "shutting_down"
+    assert _rows(db) == {"a": 1}
 
 
 def test_run_now_is_its_own_transaction(db):
