@@ -90,11 +90,17 @@ def to_wire(row: Row, payload: Any = _UNSET) -> dict[str, Any]:
 
 def insert(conn: sqlite3.Connection, rows: Sequence[Row]) -> None:
     """Insert new job rows."""
-    plain = [row[:_PLAIN] for row in rows if row[_PLAIN:] == _NO_MORE]
+    plain: list[Row] = []
+    full: list[Row] = []
+    for row in rows:
+        if row[_PLAIN:] == _NO_MORE:
+            plain.append(row[:_PLAIN])
+        else:
+            full.append(row)
     if plain:
         conn.executemany(_INSERT_PLAIN, plain)
-    if len(plain) != len(rows):
-        conn.executemany(_INSERT, [row for row in rows if row[_PLAIN:] != _NO_MORE])
+    if full:
+        conn.executemany(_INSERT, full)
 
 
 _SIZED: dict[tuple[str, int], str] = {}
