@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+from collections.abc import Callable
 from typing import Any
 
 log = logging.getLogger("sluicegate")
@@ -31,6 +32,9 @@ STATUS: dict[str, int] = {
     "quota_exceeded": 403,
     "quota_unavailable": 503,
     "shutting_down": 503,
+    # The store cannot write (disk full, I/O error), or the daemon is at its
+    # connection cap: the same call may succeed later.
+    "unavailable": 503,
     "internal": 500,
 }
 
@@ -69,8 +73,22 @@ def not_found(what: str) -> Refused:
     return Refused("not_found", f"{what} not found")
 
 
+#: Classifiers of exceptions that are outcomes, not bugs: each returns the
+#: refusal for an exception it knows, else None. The store registers one (a full
+#: disk answers ``unavailable``), so this module needs no store of its own.
+OUTCOMES: list[Callable[[BaseException], Refused | None]] = []
+
+
 def internal_error(exc: BaseException) -> Refused:
-    """Log a bug with a short reference and return the ``internal`` refusal naming it."""
+    """Log a bug with a short reference and return the ``internal`` refusal naming it.
+
+    An exception one of :data:`OUTCOMES` knows is that outcome instead (not logged
+    as a bug).
+    """
+    for outcome in OUTCOMES:
+        refused = outcome(exc)
+        if refused is not None:
+            return refused
     ref = secrets.token_hex(4)
     log.error("internal error ref=%s: %r", ref, exc, exc_info=exc)
     return Refused("internal", f"internal error (ref {ref}); see the daemon log", ref=ref)

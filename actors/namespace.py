@@ -196,17 +196,33 @@ def _queue_full(queue: str, pending: int, n: int, cap: int) -> Refused:
 
 
 class Namespaces:
-    """Every namespace actor, made on first use."""
+    """Every namespace actor, made on first write.
+
+    :meth:`get` makes the actor it does not have: for writes (a quota applied,
+    a job enqueued or claimed). Reads use :meth:`find`, which never makes one:
+    a name anyone can type (``GET /board/ns/<name>``, ``status`` of a namespace
+    that does not exist) must not become a namespace until restart.
+    """
 
     def __init__(self) -> None:
         self._actors: dict[str, NamespaceActor] = {}
 
     def get(self, namespace: str) -> NamespaceActor:
-        """The actor of ``namespace`` (a fresh one has no quota)."""
+        """The actor of ``namespace``, made if new (a fresh one has no quota)."""
         actor = self._actors.get(namespace)
         if actor is None:
             actor = self._actors[namespace] = NamespaceActor(namespace)
         return actor
+
+    def find(self, namespace: str) -> NamespaceActor:
+        """The actor of ``namespace`` to read; a blank one, kept nowhere, if none.
+
+        A namespace without an actor has no quota, no buckets and nothing
+        waiting: exactly a blank actor. What a caller changes on the blank one
+        is dropped, so only reads (and waits that a quota cannot cap) use it.
+        """
+        actor = self._actors.get(namespace)
+        return actor if actor is not None else NamespaceActor(namespace)
 
     def known(self) -> list[NamespaceActor]:
         """Every actor made so far."""

@@ -4,11 +4,16 @@ Several daemons may share one database; a quota written by one reaches the
 others when their watcher next reads the settings store (seed 000: "every
 process caches a namespace's quota for two seconds"). A write made by this
 daemon applies at its own commit; SIGHUP asks for a reload at once.
+
+Checks added with :meth:`SettingsWatcher.add_check` run at every wake, before
+the reload: the daemon's look at its config file (stat, then hash, then
+parse, each only when the one before saw a change). This is the only timer
+that looks at the file; nothing else polls.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import trio
 
@@ -22,7 +27,12 @@ class SettingsWatcher:
         self._reload = reload
         self._period = period_s
         self._nudge = trio.Event()
+        self._checks: list[Callable[[], Awaitable[object]]] = []
         self.reloads = 0
+
+    def add_check(self, check: Callable[[], Awaitable[object]]) -> None:
+        """Also await ``check()`` at every wake, before the reload."""
+        self._checks.append(check)
 
     def nudge(self) -> None:
         """Reload now (SIGHUP)."""
@@ -35,5 +45,7 @@ class SettingsWatcher:
             with trio.move_on_after(self._period):
                 await self._nudge.wait()
             self._nudge = trio.Event()
+            for check in self._checks:
+                await check()
             self._reload()
             self.reloads += 1

@@ -1,12 +1,21 @@
-"""The admin write limiter: management writes, per caller, 1 a second with a burst of 10.
+"""The admin write limiter: management writes, per caller, at a configured rate.
 
 A stolen or runaway management token should not be able to churn budgets,
 policies, quotas and queues (each write is a store transaction and an audit
 record) as fast as the transport carries calls. So every call of a verb in
-:data:`ADMIN_WRITES` takes one token from its caller's bucket (an exact
-:class:`actors.bucket.TokenBucket` of capacity :data:`BURST` refilled
-:data:`RATE_PER_S` a second), or is refused ``rate_limited`` (429) with
-``limit: "admin_writes"`` and ``retry_after``.
+:data:`ADMIN_WRITES` takes one token from its caller's bucket, or is refused
+``rate_limited`` (429) with ``limit: "admin_writes"``, ``retry_after``, and a
+message naming the limit and where to change it.
+
+The limit (:class:`WriteLimit`): ``[daemon] admin_write_rate`` (default
+``"1/s"``) with ``admin_write_burst`` (default 10); a token may override both
+with ``write_rate`` (``"20/s"``, or ``"unlimited"``) and ``write_burst``
+(default: the rate's count, as ``enqueue_rate``'s bucket). Rates are
+``<count>/<unit>``, parsed by the quota's :func:`actors.quota.parse_rate`, and
+a bucket is the same exact :class:`actors.budget.TokenPool` an
+``enqueue_rate`` uses. A reload that changes a limit applies at the caller's
+next admin write: a new bucket starts full, an existing one keeps its tokens,
+clamped to the new burst (an update hands out no free tokens).
 
 Who the caller is:
 
@@ -31,10 +40,15 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from actors.bucket import TokenBucket, retry_after_s
+import attrs
+
+from actors.bucket import retry_after_s
+from actors.budget import TIME_BASED, BudgetSpec, Strategy, TokenPool
 from actors.errors import Refused
+from actors.quota import Rate, parse_rate
 
 if TYPE_CHECKING:
+    from daemon.config import Config
     from daemon.core import Core
     from daemon.session import Session
 
@@ -50,11 +64,58 @@ ADMIN_WRITES = frozenset({
     "quota_set", "quota_clear",
     "queue_configure",
 })  # fmt: skip
+#: The defaults of ``[daemon] admin_write_rate`` and ``admin_write_burst``.
+RATE = "1/s"
 BURST = 10
-RATE_PER_S = 1.0
+UNLIMITED = "unlimited"
 MESSAGE = "admin write rate limit exceeded"
+HINT = "set write_rate on the token or [daemon] admin_write_rate"
 #: Full buckets (the same as fresh ones) are dropped at most this often.
 SWEEP_EVERY_MS = 60_000
+
+
+def parse_write_rate(value: object) -> Rate | None:
+    """``"20/s"`` -> :class:`Rate`, ``"unlimited"`` -> None; ``ValueError`` otherwise."""
+    if value == UNLIMITED:
+        return None
+    try:
+        return parse_rate(value)
+    except Refused:
+        raise ValueError(
+            f'must be "<count>/<unit>" with a count of at least 1 and unit s, m or h '
+            f'(e.g. "20/s"), or "unlimited"; got {value!r}'
+        ) from None
+
+
+@attrs.frozen
+class WriteLimit:
+    """One caller's admin write limit: ``rate`` with a pool of ``burst`` tokens."""
+
+    rate: Rate
+    burst: int
+
+    def spec(self) -> BudgetSpec:
+        """The token pool: ``count`` tokens a unit, capped at ``burst``."""
+        return BudgetSpec(self.rate.count, Strategy(TIME_BASED, self.rate.per_ms, self.burst))
+
+    def __str__(self) -> str:
+        return f"{self.rate}, burst {self.burst}"
+
+
+def write_limit(config: Config, token_name: str | None) -> WriteLimit | None:
+    """The limit of a token's admin writes (or of an open-mode HTTP client's:
+    ``token_name`` None); None when unlimited."""
+    daemon = config.daemon
+    token = next((t for t in config.tokens if t.name == token_name), None)
+    if token is not None and token.write_rate is not None:
+        rate, burst = parse_write_rate(token.write_rate), token.write_burst
+    else:
+        rate, burst = parse_write_rate(daemon.admin_write_rate), daemon.admin_write_burst
+        if token is not None and token.write_burst is not None:
+            burst = token.write_burst
+    if rate is None:
+        return None
+    return WriteLimit(rate, burst if burst is not None else rate.count)
 
 
 class AdminWriteLimiter:
@@ -62,7 +123,7 @@ class AdminWriteLimiter:
 
     def __init__(self, core: Core) -> None:
         self._core = core
-        self._buckets: dict[str, TokenBucket] = {}
+        self._buckets: dict[str, TokenPool] = {}
         self._swept_at = 0
 
     @staticmethod
@@ -79,20 +140,29 @@ class AdminWriteLimiter:
         key = self.key(session, client)
         if key is None:
             return
+        limit = write_limit(self._core.config, session.token_name)
+        if limit is None:
+            self._buckets.pop(key, None)
+            return
         now = self._core.clock.now_ms()
         self._sweep(now)
+        spec = limit.spec()
         bucket = self._buckets.get(key)
         if bucket is None:
-            bucket = self._buckets[key] = TokenBucket(BURST, RATE_PER_S, now)
-        wait = bucket.take(1, now)
-        if wait == 0:
+            bucket = self._buckets[key] = TokenPool(spec, now)
+        elif bucket.spec != spec:  # changed by a reload: keep the tokens, clamp them
+            bucket.update(spec, now)
+        if bucket.debit(1, now):
             self._core.metrics.door_decision("admin_writes", "allowed")
             return
         log.info("limits key=%s limit=admin_writes blocked=true", key)
         self._core.metrics.door_decision("admin_writes", "blocked")
+        at = bucket.eligible_at(1, now)
         raise Refused(
-            "rate_limited", MESSAGE, limit="admin_writes", retry_after=retry_after_s(wait)
-        )
+            "rate_limited", f"{MESSAGE}: {limit} ({HINT})", limit="admin_writes",
+            rate=str(limit.rate), burst=limit.burst,
+            retry_after=retry_after_s(60_000 if at is None else at - now),
+        )  # fmt: skip
 
     def _sweep(self, now_ms: int) -> None:
         # A full bucket behaves exactly as a fresh one: dropping it changes no
@@ -101,7 +171,7 @@ class AdminWriteLimiter:
             return
         self._swept_at = now_ms
         for key, bucket in list(self._buckets.items()):
-            if bucket.tokens(now_ms) >= BURST:
+            if bucket.available(now_ms) >= bucket.spec.cap:
                 del self._buckets[key]
 
     def __len__(self) -> int:

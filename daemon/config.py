@@ -23,6 +23,9 @@ from actors.errors import Refused
 from actors.periodic import Schedule, ScheduleError, parse_schedule
 from actors.policy import Policy, parse_policy
 from actors.quota import Quota, parse_quota
+from daemon.admin_limit import BURST as ADMIN_WRITE_BURST
+from daemon.admin_limit import RATE as ADMIN_WRITE_RATE
+from daemon.admin_limit import parse_write_rate
 from daemon.durations import format_duration_ms, parse_duration_ms
 from daemon.strict import strict_converter
 from daemon.validation import FieldError, at_least, describe
@@ -45,6 +48,24 @@ class ConfigError(Exception):
 
 
 Duration = int  # milliseconds; the TOML may say "30s"
+
+
+def _check_write_rate(_inst: object, attr: attrs.Attribute, value: str | None) -> None:
+    if value is not None:
+        try:
+            parse_write_rate(value)
+        except ValueError as exc:
+            raise FieldError(attr.name, str(exc)) from None
+
+
+def _at_least_or_none(minimum: int):
+    check = at_least(minimum)
+
+    def maybe(inst: object, attr: attrs.Attribute, value: int | None) -> None:
+        if value is not None:
+            check(inst, attr, value)
+
+    return maybe
 
 
 @attrs.frozen
@@ -76,6 +97,18 @@ class DaemonConfig:
     shutdown_grace: Duration = 10_000
     #: Sample the event loop's lag every N ms (0: off). For benchmarks.
     loop_probe: Duration = 0
+    #: Socket connections served at once (0: derived from the open-file limit).
+    max_connections: int = attrs.field(default=0, validator=at_least(0))
+    #: A socket connection with no request, waiting claim or subscription for this
+    #: long is closed (0: never).
+    idle_timeout: Duration = attrs.field(default=600_000, validator=at_least(0))
+    #: The WAL file's size over which it is truncated at once (else when idle), and
+    #: ``/healthz`` is degraded; also SQLite's ``journal_size_limit``.
+    wal_max_bytes: int = attrs.field(default=64 * 1_048_576, validator=at_least(1_048_576))
+    #: Admin writes (budgets, policies, quotas, queues) per caller: a rate
+    #: (``"1/s"``, or ``"unlimited"``) and its burst; ``[[tokens]]`` may override.
+    admin_write_rate: str = attrs.field(default=ADMIN_WRITE_RATE, validator=_check_write_rate)
+    admin_write_burst: int = attrs.field(default=ADMIN_WRITE_BURST, validator=at_least(1))
 
     def state_path(self) -> Path:
         return Path(self.state_dir)
@@ -127,6 +160,10 @@ class TokenConfig:
     token: str = ""
     grants: tuple[str, ...] = attrs.field(default=("produce", "consume"), validator=_check_grants)
     queues: tuple[str, ...] = ("*",)
+    #: This token's admin write limit (else ``[daemon] admin_write_rate``):
+    #: ``"20/s"`` or ``"unlimited"``; its burst defaults to the rate's count.
+    write_rate: str | None = attrs.field(default=None, validator=_check_write_rate)
+    write_burst: int | None = attrs.field(default=None, validator=_at_least_or_none(1))
 
     def digest(self) -> str:
         """The token's sha256 in lower-case hex."""
@@ -217,6 +254,7 @@ _DURATION_FIELDS = {
         "shutdown_grace",
         "loop_probe",
         "http_header_timeout",
+        "idle_timeout",
     },
     RetentionConfig: {"completed_ttl", "dead_ttl", "interval"},
     PeriodicConfig: {"every", "lease_ms"},

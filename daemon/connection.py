@@ -12,11 +12,17 @@ gets a task, so it never blocks the requests behind it.
 A client that stops reading while its answers pile up past
 ``daemon.max_send_buffer_bytes`` is cut off; nothing it does can stall another
 connection. Every exception of a connection ends that connection only.
+
+A connection with no request in flight, no waiting claim and no subscription
+for ``daemon.idle_timeout`` is closed: the deadline of its cancel scope, set
+when its last request ends and lifted while one is in flight (no timer task,
+no polling).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from functools import partial
@@ -73,10 +79,13 @@ class Connection:
         self.scope = trio.CancelScope()
         self.nursery: trio.Nursery | None = None
         self.closing = False
+        self.idle_timeout_s = core.config.daemon.idle_timeout / 1000  # 0: never
+        self.subscribed = False  # a subscriber waits for doorbells: never idle
 
     async def serve(self) -> None:
         """Serve until the client leaves, misbehaves, or the daemon stops."""
         try:
+            self._arm_idle_deadline()
             with self.scope:
                 async with trio.open_nursery() as nursery:
                     self.nursery = nursery
@@ -154,9 +163,12 @@ class Connection:
         self.in_flight += 1
         if self.in_flight == 1:
             self.idle = trio.Event()
+            self.scope.deadline = math.inf  # busy: not idle until the last one ends
         if self.in_flight >= MAX_IN_FLIGHT:
             self.room = trio.Event()
         try:
+            if request.refused is not None:  # refused by the framer (daemon.wide_ints)
+                raise request.refused
             plan = prepare(
                 self.core,
                 self.session,
@@ -197,6 +209,8 @@ class Connection:
             else:
                 self.nursery.start_soon(self._later, request, reply)
             return
+        if request.op == "subscribe":
+            self.subscribed = True
         self.send(encode_ok(request.id, reply))
         self._end()
 
@@ -235,8 +249,17 @@ class Connection:
         self.in_flight -= 1
         if self.in_flight == 0:
             self.idle.set()
+            self._arm_idle_deadline()
         if self.in_flight < MAX_IN_FLIGHT:
             self.room.set()
+
+    def _arm_idle_deadline(self) -> None:
+        """Nothing in flight: the connection closes after ``idle_timeout`` unless a
+        request comes (waiting claims are in flight; subscribers are exempt)."""
+        if self.idle_timeout_s > 0 and not self.subscribed:
+            self.scope.deadline = trio.current_time() + self.idle_timeout_s
+        else:
+            self.scope.deadline = math.inf
 
     # -- output --------------------------------------------------------------------
 

@@ -38,6 +38,7 @@ from daemon.store import budgets as budget_sql
 from daemon.store import jobs as sql
 from daemon.store import queues as queue_sql
 from daemon.store.database import GroupCommit, Tx
+from daemon.store.health import StoreHealth
 
 log = logging.getLogger("sluicegate.core")
 RUNNING_CACHE_MAX = 100_000
@@ -54,7 +55,9 @@ class Core:
         self.conn = db.conn
         self.clock = clock
         self.auth = Authenticator(config)
-        self.writer = GroupCommit(self.conn, clock.now_ms)
+        cfg = config.daemon
+        health = StoreHealth(cfg.database_path(), cfg.wal_max_bytes)
+        self.writer = GroupCommit(self.conn, clock.now_ms, health=health)
         self.meter = usage.Meter()
         self.writer.pending.append(self.meter)
         self.router = ClaimRouter()
@@ -139,7 +142,7 @@ class Core:
             f"queue '{ns}/{q}' fails closed: its policy cannot be evaluated ({s.broken})"
             for (ns, q), s in sorted(self.policies.states.items()) if s.broken is not None
         ]  # fmt: skip
-        return list(self.problems) + failing
+        return list(self.problems) + failing + self.writer.health.degraded()
 
     def version_info(self) -> dict[str, object]:
         """The ``daemon`` part of ``status``."""

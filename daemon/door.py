@@ -88,7 +88,7 @@ class Door:
 
     def _charge(self, namespace: str, limit: str, n: int) -> None:
         """Take ``n`` tokens from ``limit``'s bucket, or refuse (or, in shadow mode, log)."""
-        actor = self._core.namespaces.get(namespace)
+        actor = self._core.namespaces.find(namespace)  # no quota, no bucket: nothing to make
         if actor.quota is None or n <= 0:
             return
         now = self._core.clock.now_ms()
@@ -205,8 +205,9 @@ class Door:
 
         Over ``max_waiting_claims``: ``too_many_waiters`` (429, ``retry_after``
         5); in shadow mode the slot is granted over the cap and still counted.
+        A namespace without an actor has no cap: its waits make none.
         """
-        actor = self._core.namespaces.get(namespace)
+        actor = self._core.namespaces.find(namespace)
         quota = actor.quota
         cap = quota.max_waiting_claims if quota is not None else None
         if (
@@ -242,6 +243,6 @@ class Door:
 
     def describe(self, namespace: str) -> dict[str, Any]:
         """The namespace's door buckets now (for ``status``)."""
-        actor = self._core.namespaces.get(namespace)
+        actor = self._core.namespaces.find(namespace)
         now = self._core.clock.now_ms()
         return {limit: round(b.tokens(now), 3) for limit, b in sorted(actor.buckets.items())}

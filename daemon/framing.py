@@ -3,7 +3,10 @@
 :class:`LineFramer` splits the byte stream into JSON-lines frames and turns
 each into a :class:`Request`, a :class:`BadFrame` or a :class:`FrameTooLarge`.
 Parsing never raises: orjson refuses nesting deeper than 1024 levels with a
-decode error, and anything else odd becomes ``bad_frame`` too.
+decode error, and anything else odd becomes ``bad_frame`` too. A frame holding
+an integer beyond 64 bits (which orjson would read as a float) is a
+:class:`Request` carrying its ``invalid_argument`` refusal in ``refused``
+(:mod:`daemon.wide_ints`): it is answered with its id and never run.
 """
 
 from __future__ import annotations
@@ -14,15 +17,17 @@ import attrs
 import orjson
 
 from actors.errors import Refused
+from daemon.wide_ints import find_wide_int
 
 
 @attrs.frozen
 class Request:
-    """A well-formed request frame."""
+    """A well-formed request frame; one with ``refused`` set is answered with it, never run."""
 
     id: int | str
     op: Any
     args: dict[str, Any]
+    refused: Refused | None = None
 
 
 @attrs.frozen
@@ -97,6 +102,9 @@ def parse(line: bytes) -> Event:
     if type(req_id) not in (int, str):
         return BadFrame("a request needs an id that is an integer or a string")
     op = doc.pop("op", None)
+    wide = find_wide_int(line)
+    if wide is not None:  # (a wide id was a float above: a bad frame)
+        return Request(req_id, op, doc, wide.refused())
     return Request(req_id, op, doc)
 
 

@@ -257,6 +257,9 @@ class HttpApp:
         problems = self.core.health_problems()
         if self.core.draining:
             return Reply(503, {"status": "draining", "problems": ["the daemon is draining"]})
+        unusable = self.core.writer.health.unusable()  # writes fail: cannot serve
+        if unusable:
+            return Reply(503, {"status": "unavailable", "problems": unusable + problems})
         if problems:
             return Reply(200, {"status": "degraded", "problems": problems})
         return Reply(200, {"status": "ok"})

@@ -13,6 +13,9 @@
   the moment it passes the cap. Either way the body is never held whole: what
   is left unread is drained and dropped after the answer by
   :class:`daemon.http_guard.HttpGuard`, so the client still reads its 413.
+- **Integers** beyond 64 bits in a JSON body are refused ``invalid_argument``
+  naming their path (:mod:`daemon.wide_ints`), never read as floats; msgpack
+  cannot carry them at all.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import msgpack
 import orjson
 
 from actors.errors import Refused
+from daemon.wide_ints import find_wide_int
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Format = Literal["json", "msgpack"]
@@ -77,7 +81,8 @@ async def read_body(receive: Receive, headers: dict[str, str], limit: int) -> An
     Raises :class:`UnsupportedMediaType` for a body format the API does not
     read, ``payload_too_large`` past ``limit`` bytes (as soon as
     ``Content-Length`` or the bytes so far show it), ``bad_frame`` for a body
-    that does not decode or a client that left. An empty body is ``{}``.
+    that does not decode or a client that left, ``invalid_argument`` for an
+    integer beyond 64 bits. An empty body is ``{}``.
     """
     content_type = headers.get("content-type")
     kind = body_format(content_type)
@@ -105,6 +110,10 @@ async def read_body(receive: Receive, headers: dict[str, str], limit: int) -> An
     try:
         if kind == "msgpack":
             return msgpack.unpackb(raw, raw=False, strict_map_key=True)
-        return orjson.loads(raw)
+        doc = orjson.loads(raw)
     except Exception as exc:
         raise Refused("bad_frame", f"the body does not decode: {str(exc)[:200]}") from None
+    wide = find_wide_int(raw)
+    if wide is not None:
+        raise wide.refused()
+    return doc

@@ -5,29 +5,46 @@ socket and HTTP listeners. ``READY=1`` goes to systemd only once the socket
 serves. Signals are a task of the run loop: SIGTERM/SIGINT drain (stop
 accepting, answer waiting claims empty, finish requests in flight within
 ``daemon.shutdown_grace``, commit, close the database, exit 0); SIGHUP reloads
-the config file.
+the config file, as does an edit of it that the settings watcher sees (what a
+reload may change: :mod:`daemon.reload`).
+
+Before the store is opened, everything that could stop the daemon from serving
+is claimed (:mod:`daemon.startup`): the open-file limit is raised, the locks
+of the state directory and of the socket path are taken, the HTTP port and the
+unix socket are bound. Any failure there, or a database that
+cannot be opened, is one :class:`~daemon.startup.StartupError` line and exit 2.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
+import os
 import signal
+import sqlite3
 import sys
+import time
 import zoneinfo
 from typing import Any
 
+import attrs
 import trio
 
 from actors.clock import Clock
 from actors.errors import Refused
 from daemon import quotas, systemd
-from daemon.config import Config, ConfigError, load_config
+from daemon.config import Config, ConfigError, DaemonConfig, load_config
+from daemon.config_watch import ConfigFileWatch
 from daemon.core import Core
-from daemon.http_server import serve_http
+from daemon.http_server import bind_http, close_sockets, serve_http
+from daemon.pid_lock import PidLock
+from daemon.reload import decide
 from daemon.socket_server import SocketServer, bind_unix_socket, listener_from_fd
+from daemon.startup import StartupError, connection_cap, raise_file_limit, reason
 from daemon.store.checkpointer import Checkpointer
 from daemon.store.database import open_database
+from daemon.store.health import StoreUnavailable
 from daemon.verbs.budgets import provision
 
 log = logging.getLogger("sluicegate")
@@ -36,92 +53,153 @@ log = logging.getLogger("sluicegate")
 class Daemon:
     """One running daemon."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, *, overrides: dict[str, Any] | None = None) -> None:
         self.config = config
+        #: ``[daemon]`` keys set on the command line (``--http``): a reload keeps them.
+        self.overrides = dict(overrides or {})
+        #: What the config file looked like when last read (the watcher's check).
+        self.config_file = ConfigFileWatch(None if config.source == "<defaults>" else config.source)
+        self._reloading = trio.Lock()  # one reload and its provisioning at a time
         self.core: Core | None = None
         self.socket_server: SocketServer | None = None
         self.http_addresses: list[str] = []
         self._stop = trio.Event()
         self.stopped_cleanly = False
+        self.started = False
 
     def stop(self) -> None:
         """Begin a graceful stop (what SIGTERM does)."""
         self._stop.set()
 
     async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
-        """Serve until :meth:`stop` (or a signal), then drain and return."""
+        """Serve until :meth:`stop` (or a signal), then drain and return.
+
+        Raises :class:`StartupError` (before anything is served) when the daemon
+        cannot start.
+        """
         cfg = self.config.daemon
         # Zones come from the pinned tzdata package, never from the host.
         zoneinfo.reset_tzpath(to=[])
         clock = Clock()
-        db = open_database(cfg.database_path(), cfg.synchronous, autocheckpoint=False)
-        fds: list[int] = []
+        fds = systemd.listen_fds()
         try:
-            core = self.core = Core(self.config, db, clock)
-            fds = systemd.listen_fds()
-            listener = listener_from_fd(fds[0]) if fds else bind_unix_socket(cfg.socket_path())
-            async with trio.open_nursery() as root:
-                # Handlers first: a SIGHUP right after READY=1 must reload, not kill.
-                await root.start(self._signals)
-                await root.start(core.run)
-                checkpointer = Checkpointer(cfg.database_path())
-                core.writer.after_commit.append(checkpointer.committed)
-                await root.start(checkpointer.run)
-                await self._provision()
-                async with trio.open_nursery() as listeners:
-                    server = self.socket_server = SocketServer(core)
-                    await listeners.start(server.serve, listener)
-                    http_stop = trio.Event()
-                    if cfg.http:
-                        self.http_addresses = await listeners.start(
-                            serve_http, core, cfg.http, http_stop.wait
-                        )
-                    if (interval := systemd.watchdog_interval()) is not None:
-                        root.start_soon(systemd.watchdog, interval)
-                    if cfg.loop_probe > 0:
-                        root.start_soon(_loop_probe, core, cfg.loop_probe / 1000)
-                    log.info(
-                        "serving socket=%s http=%s store=%s",
-                        "LISTEN_FDS" if fds else cfg.socket_path(),
-                        ",".join(self.http_addresses) or "off",
-                        cfg.database_path(),
-                    )
-                    _settle_heap()
-                    systemd.notify("READY=1")
-                    task_status.started(self)
-                    await self._stop.wait()
-                    systemd.notify("STOPPING=1")
-                    log.info("stopping: draining requests in flight")
-                    core.drain()
-                    http_stop.set()
-                    await server.drain(cfg.shutdown_grace / 1000)
-                # Listeners are closed; let the committer finish and stop the actors.
-                root.cancel_scope.cancel()
-            self.stopped_cleanly = True
-        finally:
-            db.conn.close()
-            # A socket systemd passed us is systemd's to keep; only remove our own.
-            if not fds and cfg.socket_path().exists():
+            with contextlib.ExitStack() as claimed:  # released last: locks, listeners
+                listener, http_sockets, max_connections = _claim(cfg, fds, claimed)
+                db = _open_store(cfg)
                 try:
-                    cfg.socket_path().unlink()
-                except OSError:
-                    pass
-            log.info("stopped")
+                    await self._serve(cfg, db, clock, listener, http_sockets, max_connections,
+                                      socket_passed=bool(fds), task_status=task_status)  # fmt: skip
+                finally:
+                    db.conn.close()
+        finally:
+            if self.started:  # a daemon that never served never "stopped"
+                log.info("stopped")
+
+    async def _serve(
+        self,
+        cfg: DaemonConfig,
+        db: Any,
+        clock: Clock,
+        listener: trio.SocketListener,
+        http_sockets: Any,
+        max_connections: int,
+        *,
+        socket_passed: bool,
+        task_status: trio.TaskStatus[Any],
+    ) -> None:
+        core = self.core = Core(self.config, db, clock)
+        async with trio.open_nursery() as root:
+            # Handlers first: a SIGHUP right after READY=1 must reload, not kill.
+            await root.start(self._signals)
+            await root.start(core.run)
+            checkpointer = Checkpointer(cfg.database_path(), health=core.writer.health)
+            core.writer.after_commit.append(checkpointer.committed)
+            await root.start(checkpointer.run)
+            await self._provision()
+            async with trio.open_nursery() as listeners:
+                server = self.socket_server = SocketServer(core, max_connections)
+                await listeners.start(server.serve, listener)
+                http_stop = trio.Event()
+                if http_sockets is not None:
+                    self.http_addresses = await listeners.start(
+                        serve_http, core, http_sockets, http_stop.wait
+                    )
+                if (interval := systemd.watchdog_interval()) is not None:
+                    root.start_soon(systemd.watchdog, interval)
+                if cfg.loop_probe > 0:
+                    root.start_soon(_loop_probe, core, cfg.loop_probe / 1000)
+                log.info(
+                    "serving socket=%s http=%s store=%s max_connections=%d",
+                    "LISTEN_FDS" if socket_passed else cfg.socket_path(),
+                    ",".join(self.http_addresses) or "off",
+                    cfg.database_path(),
+                    max_connections,
+                )
+                _settle_heap()
+                self.started = True
+                systemd.notify("READY=1")
+                task_status.started(self)
+                await self._stop.wait()
+                systemd.notify("STOPPING=1")
+                log.info("stopping: draining requests in flight")
+                core.drain()
+                http_stop.set()
+                await server.drain(cfg.shutdown_grace / 1000)
+            # Listeners are closed; let the committer finish and stop the actors.
+            root.cancel_scope.cancel()
+        self.stopped_cleanly = True
 
     async def _signals(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
+        """The reload entry points: SIGHUP, and the settings watcher's look at the
+        config file every 2 s; SIGTERM/SIGINT stop."""
+        if self.core is not None:
+            self._warn_if_open()
+            self.core.watcher.add_check(self._check_config_file)
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
             task_status.started()
             async for signum in signals:
                 if signum == signal.SIGHUP:
-                    if self.reload():
-                        await self._provision()
+                    async with self._reloading:
+                        if self.reload():
+                            await self._provision()
                 elif self._stop.is_set():
                     # Keep the handler: a second SIGTERM must not abort the drain.
                     log.info("already stopping")
                 else:
                     self.stop()
+
+    async def _check_config_file(self) -> None:
+        """The settings watcher's check: reload as SIGHUP does if the file changed."""
+        async with self._reloading:
+            if self.config_file.changed() and self.reload():
+                await self._provision()
+
+    def _warn_if_open(self) -> None:
+        """At start, in open mode: say so, and name the namespaces the store already
+        holds (from a run with tokens), which any client of the socket now reaches."""
+        if not self.config.open_mode or self.core is None:
+            return
+        where = self.config.source
+        if where == "<defaults>":
+            where = "the built-in defaults (no config file)"
+        held = sorted(
+            ({ns for ns, _q in self.core.known_queues} | {ns for ns, _k in self.core.budgets})
+            - {"default"}
+        )
+        note = ""
+        if held:
+            shown = ", ".join(repr(ns) for ns in held[:10])
+            more = f" and {len(held) - 10} more" if len(held) > 10 else ""
+            note = f"; the store already holds namespaces {shown}{more}, now open to them too"
+        log.warning(
+            "open mode: no [[tokens]] in %s: every client of the socket is namespace "
+            "'default' with every grant, operator included; the socket's file permissions "
+            "are the only access control%s",
+            where,
+            note,
+        )
 
     async def _provision(self) -> None:
         """Make the config file's provisioned budgets, quotas and queue policies true
@@ -149,24 +227,41 @@ class Daemon:
         core.watcher.nudge()
 
     def reload(self) -> bool:
-        """SIGHUP: re-read the config file; a broken file keeps the last good one.
+        """Re-read the config file (SIGHUP, or the watcher saw it change) and take
+        what :func:`daemon.reload.decide` allows.
 
-        True when the fresh config was taken.
+        A file that does not load, or that would lower security, is refused
+        whole: the last good config stays and ``/healthz`` names the reason.
+        Keys that need a restart keep their running values ("needs a restart:
+        <key>" in the log); the rest applies. True when the fresh config was taken.
         """
+        self.config_file.changed()  # what is read now is not a change at the next check
         try:
             fresh = load_config(self.config.source if self.config.source != "<defaults>" else None)
         except ConfigError as exc:
-            log.error("reload refused, keeping the last good config: %s", exc)
-            if self.core is not None:
-                self.core.problems = [f"config reload failed, last good config in force: {exc}"]
+            self._refuse([f"{exc.source}: {p}" for p in exc.problems], "config reload failed")
             return False
+        if self.overrides:
+            fresh = attrs.evolve(fresh, daemon=attrs.evolve(fresh.daemon, **self.overrides))
+        decision = decide(self.config, fresh)
+        if decision.config is None:
+            self._refuse([f"{fresh.source}: {why}" for why in decision.refusals],
+                         "config reload refused")  # fmt: skip
+            return False
+        for key in decision.needs_restart:
+            log.warning("%s: needs a restart: %s (the running value stays)", fresh.source, key)
         log.info("config reloaded from %s", fresh.source)
-        # Settings that need a restart (paths, listeners) keep their running values;
-        # later features read quotas, budgets and policies from the fresh config.
-        self.config = fresh
+        self.config = decision.config
         if self.core is not None:
-            self.core.reload(fresh)
+            self.core.reload(decision.config)
         return True
+
+    def _refuse(self, reasons: list[str], what: str) -> None:
+        """A reload not taken: log it, and degrade ``/healthz`` until a good one."""
+        for why in reasons:
+            log.error("reload refused, keeping the last good config: %s", why)
+        if self.core is not None:
+            self.core.problems = [f"{what}, last good config in force: {why}" for why in reasons]
 
 
 def _settle_heap() -> None:
@@ -190,32 +285,128 @@ async def _loop_probe(core: Core, interval: float) -> None:
         core.metrics.observe_lag(max(0.0, trio.current_time() - due))
 
 
-def configure_logging() -> None:
+def configure_logging(debug: bool = False) -> None:
     """journald-friendly logs: no timestamps when systemd adds its own."""
-    import os
-
     fmt = "%(levelname)s %(name)s: %(message)s"
     if not os.environ.get("JOURNAL_STREAM"):
         fmt = "%(asctime)s " + fmt
     logging.basicConfig(level=logging.INFO, format=fmt, stream=sys.stderr)
+    if debug:
+        logging.getLogger("sluicegate").setLevel(logging.DEBUG)
+    # trio's serve_listeners (hypercorn's accept loop) logs every accept that
+    # finds no free descriptor, with a traceback, ten times a second.
+    logging.getLogger("trio.serve_listeners").addFilter(OncePerEpisode())
 
 
-def serve(config_path: str | None = None) -> int:
-    """``sluice serve``: run the daemon in the foreground; the exit status."""
-    configure_logging()
+class OncePerEpisode(logging.Filter):
+    """Let one record through per ``quiet_s`` seconds, without its traceback."""
+
+    def __init__(self, quiet_s: float = 60.0) -> None:
+        super().__init__()
+        self.quiet_s = quiet_s
+        self._last = -float("inf")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        now = time.monotonic()
+        if now - self._last < self.quiet_s:
+            return False
+        self._last = now
+        record.exc_info = None
+        record.exc_text = None
+        return True
+
+
+def _claim(
+    cfg: DaemonConfig, fds: list[int], claimed: contextlib.ExitStack
+) -> tuple[trio.SocketListener, Any, int]:
+    """Everything the daemon needs before its store: the file limit and the
+    connection cap, the locks, the HTTP sockets, the unix socket. Each is
+    released by ``claimed``; a failure is a :class:`StartupError`."""
+    nofile = raise_file_limit()
+    max_connections, warning = connection_cap(cfg.max_connections, nofile)
+    if warning:
+        log.warning("%s", warning)
+    state = cfg.state_path()
+    try:
+        state.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StartupError(f"cannot create state directory {state}: {reason(exc)}") from exc
+    if not os.access(state, os.W_OK | os.X_OK):
+        raise StartupError(f"state directory {state} is not writable")
+    lock = PidLock(state / "sluicegate.lock", f"state directory {state}")
+    lock.acquire()
+    claimed.callback(lock.release)
+    sock_path = cfg.socket_path()
+    if not fds:
+        # One daemon per socket path too, whatever its state directory, even
+        # after the socket file was deleted: a lock beside the socket.
+        try:
+            sock_path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StartupError(
+                f"cannot create socket directory {sock_path.parent}: {reason(exc)}"
+            ) from exc
+        sock_lock = PidLock(sock_path.with_name(sock_path.name + ".lock"), f"socket {sock_path}")
+        sock_lock.acquire()
+        claimed.callback(sock_lock.release)
+    http_sockets = None
+    if cfg.http:
+        http_sockets = bind_http(cfg)
+        claimed.callback(close_sockets, http_sockets)
+    if fds:
+        # A socket systemd passed us is systemd's to keep: never unlinked.
+        listener = listener_from_fd(fds[0])
+    else:
+        listener, socket_file = bind_unix_socket(sock_path)
+        # Unlinked at exit only if the path is still the file we bound.
+        claimed.callback(socket_file.remove)
+    claimed.callback(listener.socket.close)
+    return listener, http_sockets, max_connections
+
+
+def _open_store(cfg: DaemonConfig) -> Any:
+    """The database, or a :class:`StartupError` naming its path and the cause."""
+    path = cfg.database_path()
+    try:
+        return open_database(path, cfg.synchronous, autocheckpoint=False,
+                             journal_size_limit=cfg.wal_max_bytes)  # fmt: skip
+    except StoreUnavailable as exc:  # its message names the path and the cause
+        raise StartupError(str(exc)) from exc
+    except (sqlite3.Error, OSError) as exc:
+        cause = reason(exc) if isinstance(exc, OSError) else str(exc)
+        raise StartupError(f"cannot open the database {path}: {cause}") from exc
+
+
+def serve(config_path: str | None = None, *, http: str | None = None, debug: bool = False) -> int:
+    """``sluice serve``: run the daemon in the foreground; the exit status.
+
+    ``http`` (``--http``) overrides ``[daemon] http``; ``debug`` (``--debug``)
+    adds the traceback to a start-up failure's one line.
+    """
+    configure_logging(debug)
     try:
         config = load_config(config_path)
     except ConfigError as exc:
         print(f"sluice: {exc}", file=sys.stderr)
         return 2
+    overrides: dict[str, Any] = {} if http is None else {"http": http}
+    if overrides:
+        config = attrs.evolve(config, daemon=attrs.evolve(config.daemon, **overrides))
     for warning in config.warnings:
         log.warning("%s: %s", config.source, warning)
-    daemon = Daemon(config)
+    daemon = Daemon(config, overrides=overrides)  # a reload keeps them
     try:
         trio.run(daemon.run)
+    except StartupError as exc:
+        if debug:
+            log.exception("start-up failed")
+        print(f"sluice: {exc.message}", file=sys.stderr)
+        return exc.status
     except KeyboardInterrupt:
         return 130
     except RuntimeError as exc:
+        if debug:
+            log.exception("stopped by an error")
         print(f"sluice: {exc}", file=sys.stderr)
         return 1
     return 0 if daemon.stopped_cleanly else 1

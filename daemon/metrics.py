@@ -384,3 +384,22 @@ class _Gauges(Collector):
         waiting = GaugeMetricFamily("sluicegate_waiting_claims", "Claims waiting for work.")
         waiting.add_metric([], stats.waiters)
         yield waiting
+        yield from self._store()
+
+    def _store(self) -> Iterator[GaugeMetricFamily]:
+        """The store's health: whether writes fail, and the WAL file's size."""
+        health = self._core.writer.health.statistics()
+        failing = GaugeMetricFamily(
+            "sluicegate_store_failing",
+            "1 while the store cannot write (disk full, I/O error): writes answer unavailable.",
+        )
+        failing.add_metric([], 0 if health.failing is None else 1)
+        yield failing
+        if health.wal_bytes is not None:  # measured by the checkpointer
+            wal = GaugeMetricFamily(
+                "sluicegate_wal_bytes",
+                "Size of the SQLite -wal file at the last checkpoint round "
+                "(daemon.wal_max_bytes is the threshold).",
+            )
+            wal.add_metric([], health.wal_bytes)
+            yield wal

@@ -198,7 +198,7 @@ COMPONENTS: dict[str, Schema] = {
         "type": "object",
         "required": ["status"],
         "properties": {
-            "status": {"type": "string", "enum": ["ok", "degraded", "draining"]},
+            "status": {"type": "string", "enum": ["ok", "degraded", "draining", "unavailable"]},
             "problems": {"type": "array", "items": {"type": "string"}},
         },
     },

@@ -8,7 +8,11 @@ seconds; a change made here applies at its commit. A document that cannot be
 decoded fails its namespace closed, no other.
 
 The config file's ``[quotas.<ns>]`` tables are written to the store at start
-and at SIGHUP (audited, actor ``config``) and are read-only through the API.
+and at every reload (audited, actor ``config``) and are read-only through the
+API. The store remembers which namespaces' documents came from the file (the
+reserved key :data:`PROVISIONED`), so a document whose table left the file is
+removed at the next reload or start, even one that did not decode, and
+``quota_get`` says ``source: "config"`` for exactly those namespaces.
 """
 
 from __future__ import annotations
@@ -111,16 +115,39 @@ def write(core: Core, tx: Tx, actor: str, namespace: str, quota: Quota | None, r
     tx.after(lambda: core.quota_changed(namespace))
 
 
+#: The settings key listing the namespaces whose documents the config file wrote
+#: (inside the reserved ``quota:`` prefix; not a namespace's key).
+PROVISIONED = "quota:provisioned"
+
+
+def provisioned(conn: sqlite3.Connection) -> set[str]:
+    """The namespaces whose stored documents came from the config file."""
+    text = settings_sql.get(conn, PROVISIONED)
+    return set(orjson.loads(text)) if text else set()
+
+
 def provision(core: Core) -> Any:
-    """The write that makes the config file's ``[quotas.<ns>]`` tables true in the store."""
+    """The write that makes the config file's ``[quotas.<ns>]`` tables true in the
+    store: each table stored (as it is when it does not decode), and the document of
+    a table that left the file removed."""
     tables = core.config.quota_tables
 
     def write_all(tx: Tx) -> None:
+        before = provisioned(tx.conn)
+        for namespace in sorted(before - tables.keys()):
+            if settings_sql.get(tx.conn, settings_sql.quota_key(namespace)) is not None:
+                write(core, tx, "config", namespace, None)
         for namespace, (quota, raw) in tables.items():
             text = settings_sql.get(tx.conn, settings_sql.quota_key(namespace))
             wanted = orjson.dumps(quota.to_dict() if quota is not None else raw).decode()
             if text != wanted:
                 write(core, tx, "config", namespace, quota, raw)
+        if before != tables.keys():
+            if tables:
+                settings_sql.put(tx.conn, PROVISIONED, orjson.dumps(sorted(tables)).decode(),
+                                 tx.now_ms)  # fmt: skip
+            else:
+                settings_sql.delete(tx.conn, PROVISIONED)
 
     return write_all
 
@@ -158,7 +185,7 @@ def admit(core: Core, tx: Tx, namespace: str, n: int, queue: str) -> tuple[int, 
 
 def limit_text(core: Core, namespace: str, limit: str) -> str:
     """``max_pending 10000`` or ``enqueue_rate 500/s``: a limit and its value."""
-    quota = core.namespaces.get(namespace).quota
+    quota = core.namespaces.find(namespace).quota
     return f"{limit} {getattr(quota, limit, '')}"
 
 
@@ -174,7 +201,7 @@ def claim_room(core: Core, namespace: str, want: int) -> int:
     beside what runs, counting the claims of this transaction not yet
     committed (:func:`claimed`).
     """
-    actor = core.namespaces.get(namespace)
+    actor = core.namespaces.find(namespace)
     if actor.broken is not None:
         return 0
     room = actor.running_room(core.counts.total(namespace, lc.RUNNING))
@@ -184,7 +211,7 @@ def claim_room(core: Core, namespace: str, want: int) -> int:
 def hold(core: Core, namespace: str) -> str | None:
     """Why no job of ``namespace`` may start now: ``quota_unavailable``,
     ``running_full``, or None."""
-    actor = core.namespaces.get(namespace)
+    actor = core.namespaces.find(namespace)
     if actor.broken is not None:
         return "quota_unavailable"
     if actor.running_room(core.counts.total(namespace, lc.RUNNING)) == 0:
@@ -194,7 +221,7 @@ def hold(core: Core, namespace: str) -> str | None:
 
 def claimed(core: Core, tx: Tx, namespace: str, n: int) -> None:
     """``n`` jobs of ``namespace`` were claimed in ``tx`` (only where ``max_running`` is set)."""
-    actor = core.namespaces.get(namespace)
+    actor = core.namespaces.find(namespace)  # max_running set: the actor exists
     if n and actor.quota is not None and actor.quota.max_running is not None:
         tx.undo(actor.claiming(n))
         tx.after(lambda: actor.committed_running(n))

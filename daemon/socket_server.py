@@ -1,6 +1,15 @@
 """The unix-socket listener: accepts connections (:mod:`daemon.connection`),
 flushes their answers after each commit, and drains them on SIGTERM; plus
 binding the socket file safely, or taking it from systemd.
+
+Connections are capped (``daemon.max_connections``, by default derived from the
+open-file limit with a reserve kept for the store and HTTP): over the cap a new
+connection is answered one ``unavailable`` line and closed, so a flood of idle
+clients never takes the descriptors the daemon itself needs. Reaching the cap
+and clearing it are one log line each per episode. Should ``accept`` still run
+out of descriptors (other processes' fault, or a cap set too high), accepts
+back off until a connection closes, with one log line per episode and no
+traceback.
 """
 
 from __future__ import annotations
@@ -12,27 +21,61 @@ import socket as stdsocket
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import attrs
 import trio
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 
+from actors.errors import Refused
 from daemon.connection import Connection
+from daemon.framing import encode_error
+from daemon.startup import StartupError, reason
 
 if TYPE_CHECKING:
     from daemon.core import Core
 
 log = logging.getLogger("sluicegate.socket")
+#: accept() errors that mean "no descriptor or memory for now", not a broken listener.
+CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+#: Backoff of accepts that ran out of descriptors: first wait, longest wait (s).
+BACKOFF_S = (0.05, 1.0)
+TOO_MANY = encode_error(None, Refused("unavailable", "too many connections"))
+
+
+@attrs.frozen
+class ConnectionStats:
+    """A snapshot of the socket's connections."""
+
+    open: int
+    max_connections: int
+    refused_total: int
 
 
 class SocketServer:
-    """Accepts connections on the unix socket."""
+    """Accepts connections on the unix socket, at most ``max_connections`` at once."""
 
-    def __init__(self, core: Core) -> None:
+    def __init__(self, core: Core, max_connections: int) -> None:
         self.core = core
+        self.max_connections = max_connections
+        # The cap clears (one log line) once this few are left, so a flood
+        # hovering at the cap is one episode, not one line per close.
+        self.resume_at = max_connections - max(1, max_connections // 10)
         self.connections: set[Connection] = set()
+        self.open = 0  # accepted and not yet closed (counted before their task starts)
         self.dirty: set[Connection] = set()
         # Answers settled by a commit go out right after it, one send each.
         core.writer.after_commit.append(self.flush_dirty)
         self._accepting = trio.CancelScope()
         self._conn_scope: trio.CancelScope | None = None
+        self._freed = trio.Event()  # set when a connection closes
+        self._capped = False
+        self._refused = 0  # refused in the current episode
+        self._refused_total = 0
+        core.metrics.registry.register(_ConnectionMetrics(self))
+
+    def statistics(self) -> ConnectionStats:
+        """Open connections, the cap, and how many were refused over it."""
+        return ConnectionStats(self.open, self.max_connections, self._refused_total)
 
     async def serve(
         self,
@@ -45,27 +88,76 @@ class SocketServer:
             self._conn_scope = nursery.cancel_scope
             task_status.started()
             with self._accepting:
-                while True:
-                    try:
-                        stream = await listener.accept()
-                    except OSError as exc:
-                        if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                            log.error("accept failed: %s; pausing accepts", exc)
-                            await trio.sleep(0.1)
-                            continue
-                        raise
-                    nursery.start_soon(self._run_connection, stream)
+                await self._accept_loop(listener, nursery)
             await listener.aclose()
             # Stay until the connections are drained and cancelled by drain().
             await trio.sleep_forever()
 
-    async def _run_connection(self, stream: trio.SocketStream) -> None:
-        conn = Connection(self.core, stream, self.dirty)
-        self.connections.add(conn)
+    async def _accept_loop(self, listener: trio.SocketListener, nursery: trio.Nursery) -> None:
+        failures = 0
+        delay = BACKOFF_S[0]
+        while True:
+            try:
+                stream = await listener.accept()
+            except OSError as exc:
+                if exc.errno not in CAPACITY_ERRNOS:
+                    raise
+                if failures == 0:
+                    log.error("accept failed: %s; pausing accepts", reason(exc))
+                failures += 1
+                # Wait for a connection of ours to close, or try again later (a
+                # descriptor may free elsewhere): no log line and no busy loop.
+                freed = self._freed = trio.Event()
+                with trio.move_on_after(delay):
+                    await freed.wait()
+                delay = min(delay * 2, BACKOFF_S[1])
+                continue
+            if failures:
+                log.warning("accepts resumed after %d failed attempts", failures)
+                failures, delay = 0, BACKOFF_S[0]
+            if self.open >= self.max_connections:
+                self._refuse(stream)
+                continue
+            self.open += 1
+            nursery.start_soon(self._run_connection, stream)
+
+    def _refuse(self, stream: trio.SocketStream) -> None:
+        """Over the cap: one ``unavailable`` line (if the socket takes it), then close."""
+        if not self._capped:
+            self._capped = True
+            self._refused = 0
+            log.warning(
+                "connection cap reached: %d open (daemon.max_connections); "
+                "refusing new connections",
+                self.open,
+            )
+        self._refused += 1
+        self._refused_total += 1
+        sock = stream.socket
         try:
-            await conn.serve()
+            os.write(sock.fileno(), TOO_MANY)  # non-blocking: a fresh socket takes it
+        except OSError:
+            pass
+        sock.close()
+
+    async def _run_connection(self, stream: trio.SocketStream) -> None:
+        try:
+            conn = Connection(self.core, stream, self.dirty)
+            self.connections.add(conn)
+            try:
+                await conn.serve()
+            finally:
+                self.connections.discard(conn)
         finally:
-            self.connections.discard(conn)
+            self.open -= 1
+            self._freed.set()
+            if self._capped and self.open <= self.resume_at:
+                self._capped = False
+                log.warning(
+                    "connection cap cleared: %d open; %d connections refused",
+                    self.open,
+                    self._refused,
+                )
 
     def flush_dirty(self) -> None:
         """Flush every connection with queued answers."""
@@ -82,31 +174,96 @@ class SocketServer:
             self._conn_scope.cancel()
 
 
-def bind_unix_socket(path: Path, mode: int = 0o660) -> trio.SocketListener:
+class _ConnectionMetrics(Collector):
+    """``sluicegate_socket_connections{,_max,_refused_total}`` from :meth:`statistics`."""
+
+    def __init__(self, server: SocketServer) -> None:
+        self.server = server
+
+    def collect(self):  # type: ignore[no-untyped-def]
+        stats = self.server.statistics()
+        yield GaugeMetricFamily(
+            "sluicegate_socket_connections", "Open socket connections.", value=stats.open
+        )
+        yield GaugeMetricFamily(
+            "sluicegate_socket_connections_max",
+            "The socket's connection cap (daemon.max_connections).",
+            value=stats.max_connections,
+        )
+        yield CounterMetricFamily(
+            "sluicegate_socket_connections_refused",
+            "Socket connections refused over the cap.",
+            value=stats.refused_total,
+        )
+
+
+@attrs.frozen
+class SocketFile:
+    """The socket file this process bound: removed at stop only if it is still ours.
+
+    Another daemon may have bound the same path after ours was deleted; its
+    file has another inode, and removing it would leave that daemon unreachable.
+    """
+
+    path: Path
+    dev: int
+    ino: int
+
+    def is_ours(self) -> bool:
+        try:
+            st = os.lstat(self.path)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == (self.dev, self.ino)
+
+    def remove(self) -> bool:
+        """Unlink the file if it is still the one we bound; True if removed."""
+        if not self.is_ours():
+            return False
+        try:
+            self.path.unlink()
+        except OSError:
+            return False
+        return True
+
+
+def bind_unix_socket(path: Path, mode: int = 0o660) -> tuple[trio.SocketListener, SocketFile]:
     """Create the socket file with ``mode`` (no window with looser permissions).
 
-    A stale file left by a crash is replaced; a live daemon on it is an error.
+    A stale file left by a crash is replaced; a live daemon on it is a
+    :class:`StartupError`, as is a path that cannot be bound.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StartupError(f"cannot create socket directory {path.parent}: {reason(exc)}") from exc
     if path.exists() or path.is_symlink():
         probe = stdsocket.socket(stdsocket.AF_UNIX, stdsocket.SOCK_STREAM)
         try:
             probe.connect(str(path))
         except OSError:
-            path.unlink()
+            try:
+                path.unlink()
+            except OSError as exc:
+                raise StartupError(f"cannot replace socket {path}: {reason(exc)}") from exc
         else:
-            raise RuntimeError(f"another daemon is serving {path}")
+            raise StartupError(f"socket {path} is in use by a live daemon")
         finally:
             probe.close()
     sock = stdsocket.socket(stdsocket.AF_UNIX, stdsocket.SOCK_STREAM)
     old = os.umask(0o777 & ~mode)
     try:
         sock.bind(str(path))
+    except OSError as exc:
+        sock.close()
+        raise StartupError(f"cannot bind socket {path}: {reason(exc)}") from exc
     finally:
         os.umask(old)
     os.chmod(path, mode)
+    st = os.lstat(path)
     sock.listen(1024)
-    return trio.SocketListener(trio.socket.from_stdlib_socket(sock))
+    listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
+    return listener, SocketFile(path, st.st_dev, st.st_ino)
 
 
 def listener_from_fd(fd: int) -> trio.SocketListener:

@@ -25,14 +25,19 @@ JOBS_SHOWN = 100
 
 
 def namespaces(core: Core, session: Session) -> list[str]:
-    """The namespaces the session may look at: its own, or every known one for
-    an ``operator`` (names only; each is then read through the verbs)."""
+    """The namespaces the session may look at: its own, or for an ``operator``
+    every one that exists in the store (queues, budgets, policies, a quota
+    document) or the config file (a token's namespace, a quota table). Names
+    only; each is then read through the verbs. A namespace merely named by a
+    read (``GET /board/ns/<name>``) is none of these, so it is not listed."""
     if not session.has("operator"):
         return [session.namespace]
     known = {ns for ns, _q in core.known_queues} | {ns for ns, _k in core.budgets}
-    known |= {ns for ns, _q in core.policies.states} | {
-        a.namespace for a in core.namespaces.known()
+    known |= {ns for ns, _q in core.policies.states}
+    known |= {
+        a.namespace for a in core.namespaces.known() if a.quota is not None or a.broken is not None
     }
+    known |= {t.namespace for t in core.config.tokens} | set(core.config.quota_tables)
     return sorted(known | {session.namespace})
 
 

@@ -1,5 +1,7 @@
 """``sluice budget list|get|create|set|patch|delete``: the namespace's budgets.
 
+``show`` is another name for ``get``, as everywhere one thing is read.
+
 Each subcommand is one verb (``budget_list``, ``budget_get``, ``budget_create``,
 ``budget_put``, ``budget_patch``, ``budget_delete``); ``--json`` prints that
 verb's result. ``patch`` sends a JSON merge patch of only the options given
@@ -60,14 +62,14 @@ def burst_or_null(text: str) -> int | str:
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
-    """Add ``budget list|get|create|set|patch|delete``."""
+    """Add ``budget list|get|create|set|patch|delete`` (``show`` is ``get``)."""
     budget = sub.add_parser("budget", parents=[common], help="list, show and change budgets")
     verbs = budget.add_subparsers(
-        dest="budget_command", required=True, metavar="list|get|create|set|patch|delete"
+        dest="budget_command", required=True, metavar="list|get|show|create|set|patch|delete"
     )
     ls = verbs.add_parser("list", parents=[common], help="every budget, by key")
     ls.set_defaults(run=run_list)
-    get = verbs.add_parser("get", parents=[common], help="one budget")
+    get = verbs.add_parser("get", aliases=["show"], parents=[common], help="one budget")
     get.add_argument("key", metavar="KEY", type=budget_key)
     get.set_defaults(run=run_get)
     for name, help_text, run in (

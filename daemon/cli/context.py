@@ -21,7 +21,7 @@ import attrs
 
 from daemon.cli.output import emit_json
 from daemon.sdk.errors import SluicegateError
-from daemon.sdk.paths import resolve_socket
+from daemon.sdk.paths import Candidate, choose, socket_candidates
 from daemon.sdk.retry import RetryPolicy
 from daemon.sdk.sync_client import Client
 
@@ -50,7 +50,8 @@ def global_options() -> argparse.ArgumentParser:
         "--socket",
         metavar="PATH",
         default=s,
-        help="the daemon's socket (default: $SLUICEGATE_SOCKET, the config's)",
+        help="the daemon's socket (default: $SLUICEGATE_SOCKET, else the config's, else the first "
+        "of ./sluicegate-data/sluicegate.sock and /run/sluicegate/sluicegate.sock that exists)",
     )
     group.add_argument(
         "--token",
@@ -124,7 +125,11 @@ class Context:
 
     def socket_path(self) -> Path:
         """Where the daemon's socket is (may raise ``ConfigError``)."""
-        return resolve_socket(self.socket, self.config)
+        return choose(self.socket_candidates()).path
+
+    def socket_candidates(self) -> list[Candidate]:
+        """The places the socket is looked for (:mod:`daemon.sdk.paths` says the order)."""
+        return socket_candidates(self.socket, self.config)
 
     def client(self, **options: Any) -> Client:
         """A blocking client connected to the daemon.
@@ -135,11 +140,12 @@ class Context:
         """
         options.setdefault("retry", self.retry_policy())
         options.setdefault("on_retry", _say_retry)
-        path = self.socket_path()
+        candidates = self.socket_candidates()
+        chosen = choose(candidates)
         try:
-            return Client(path, token=self.token, client_name="sluice", **options)
+            return Client(chosen.path, token=self.token, client_name="sluice", **options)
         except OSError as exc:
-            raise CannotConnect(_why(path, exc)) from None
+            raise CannotConnect(_why(candidates, chosen, exc)) from None
 
     def show(self, op: str, human: Callable[[dict[str, Any]], str], **args: Any) -> int:
         """Call verb ``op``; print its result as JSON with ``--json``, else ``human(result)``."""
@@ -158,11 +164,12 @@ class Context:
 
         from daemon.sdk.trio_client import TrioClient
 
-        path = self.socket_path()
+        candidates = self.socket_candidates()
+        chosen = choose(candidates)
         try:
-            stream = await trio.open_unix_socket(str(path))
+            stream = await trio.open_unix_socket(str(chosen.path))
         except OSError as exc:
-            raise CannotConnect(_why(path, exc)) from None
+            raise CannotConnect(_why(candidates, chosen, exc)) from None
         options.setdefault("retry", self.retry_policy())
         async with TrioClient.over(
             stream, token=self.token, client_name="sluice", **options
@@ -170,9 +177,28 @@ class Context:
             yield client
 
 
-def _why(path: Path, exc: OSError) -> str:
-    hint = " (is the daemon running? start it with: sluice serve)"
-    return f"cannot connect to {path}: {exc.strerror or exc}{hint}"
+HINT = (
+    "is the daemon running? Start it with `sluice serve`; run sluice from the directory "
+    "where it runs, or give --socket PATH, $SLUICEGATE_SOCKET or --config PATH"
+)
+
+
+def _why(candidates: list[Candidate], chosen: Candidate, exc: OSError) -> str:
+    """Why the connection failed, naming every path tried and where it came from.
+
+    ``cannot connect to PATH (from --socket): No such file or directory (...)``
+    for an explicit choice; for a search, one ``tried:`` line per candidate.
+    """
+    reason = exc.strerror or str(exc)
+    if chosen.explicit:
+        return f"cannot connect to {chosen.path} (from {chosen.source}): {reason} ({HINT})"
+    lines = ["cannot connect to the daemon; tried:"]
+    for candidate in candidates:  # those before the chosen one are absent
+        found = candidate is chosen and candidate.path.exists()
+        lines.append(f"  {candidate.path} ({candidate.source}): {reason if found else 'absent'}")
+        if found:
+            break
+    return "\n".join([*lines, HINT])
 
 
 def _say_retry(error: SluicegateError, attempt: int, delay: float) -> None:

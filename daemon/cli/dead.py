@@ -1,11 +1,13 @@
 """``sluice dead list|replay``: the dead letters, and sending them back to work.
 
 ``dead replay --all`` replays in batches of up to 1000 (``dead_replay {all:
-true, queue?, limit: 1000}``) for as long as the daemon answers
-``"remaining": true``, with a progress bar on stderr once there is more than
-one batch. A replayed job whose unique key a live job now holds stays dead
-(it comes back as that job's duplicate); a batch made only of those stops the
-loop, since repeating it would replay nothing.
+true, queue?, limit: 1000, after?}``, each batch after the previous one's
+``next``) for as long as the daemon answers ``"remaining": true``. On a
+terminal it draws a progress bar on stderr (count, rate, ETA), its total the
+dead letters ``status`` counts; none under ``--json`` or when stdout or
+stderr is not a terminal. A replayed job whose unique key a live job now holds
+stays dead (it comes back as that job's duplicate); the cursor moves past it,
+so it is not tried again.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+import attrs
+
 from daemon.cli.context import Context, UsageError
 from daemon.cli.jobs import int_range
-from daemon.cli.output import Progress, emit_json, local_time, shorten, table
+from daemon.cli.output import Progress, emit_json, local_time, progress_allowed, shorten, table
 from daemon.sdk.sync_client import Client
 
 BATCH = 1000
@@ -78,50 +82,75 @@ def run_replay(ctx: Context, args: argparse.Namespace) -> int:
     if args.queue and not args.all:
         raise UsageError("dead replay: --queue goes with --all")
     with ctx.client() as client:
-        result = replay_all(client, args.queue) if args.all else client.dead_replay(args.job_ids)
+        if args.all:
+            done = replay_all(
+                client, args.queue, keep=ctx.json, progress=progress_allowed(ctx.json)
+            )
+            result = {"results": done.results, "remaining": done.remaining}
+        else:
+            result = client.dead_replay(args.job_ids)
+            batch = result["results"]
+            replayed = sum(not r["duplicate"] for r in batch)
+            done = ReplayAll(batch, False, replayed, len(batch) - replayed)
     if ctx.json:
         emit_json(result)
         return 0
-    results = result["results"]
-    replayed = sum(not r["duplicate"] for r in results)
     if not args.all:
         asked = list(dict.fromkeys(args.job_ids))
-        for job_id, r in zip(asked, results, strict=False):
+        for job_id, r in zip(asked, done.results, strict=False):
             if r["duplicate"]:
                 print(f"{job_id}: stays dead: live job {r['job']['id']} holds its unique key")
             else:
                 print(f"replayed {job_id} on {r['job']['queue']}")
-    kept = len(results) - replayed
+    kept = done.kept
     note = f" ({kept} stayed dead: a live job holds their unique key)" if kept else ""
-    print(f"replayed {replayed} job{'s' if replayed != 1 else ''}{note}")
+    print(f"replayed {done.replayed} job{'s' if done.replayed != 1 else ''}{note}")
     return 0
 
 
-def replay_all(client: Client, queue: str | None) -> dict[str, Any]:
-    """Replay every dead letter (of ``queue``) in batches; one combined result."""
+@attrs.frozen
+class ReplayAll:
+    """What ``dead replay --all`` did: the verb's results (when kept), and counts."""
+
+    results: list[dict[str, Any]]
+    remaining: bool
+    replayed: int
+    kept: int
+
+
+def replay_all(
+    client: Client, queue: str | None, *, keep: bool = True, progress: bool = False
+) -> ReplayAll:
+    """Replay every dead letter (of ``queue``) in batches of :data:`BATCH`.
+
+    ``keep``: return every batch's results (for ``--json``); else only the
+    counts, so that 100,000 replays do not hold 100,000 jobs in memory.
+    ``progress``: draw a bar on stderr, its total the dead letters that
+    ``status`` counts before the first batch.
+    """
     results: list[dict[str, Any]] = []
-    progress: Progress | None = None
-    replayed = 0
+    replayed = kept = 0
     cursor: str | None = None
-    while True:
-        answer = client.dead_replay(all=True, queue=queue, limit=BATCH, after=cursor)
-        batch = answer["results"]
-        results.extend(batch)
-        replayed += sum(not r["duplicate"] for r in batch)
-        cursor = answer.get("next")
-        more = bool(answer.get("remaining")) and cursor is not None
-        if progress is None and more:
-            progress = Progress("replaying", replayed + _dead_count(client, queue))
-        if progress is not None:
-            progress.update(replayed)
-        if not more:
-            break
-    if progress is not None:
-        progress.close()
-    return {"results": results, "remaining": bool(answer.get("remaining"))}
+    total = _dead_count(client, queue) if progress else None
+    with Progress("replaying", total, unit="jobs", enabled=progress) as bar:
+        while True:
+            answer = client.dead_replay(all=True, queue=queue, limit=BATCH, after=cursor)
+            batch = answer["results"]
+            if keep:
+                results.extend(batch)
+            done = sum(not r["duplicate"] for r in batch)
+            replayed += done
+            kept += len(batch) - done
+            cursor = answer.get("next")
+            more = bool(answer.get("remaining")) and cursor is not None
+            # Dead letters added meanwhile raise the total; the bar ends full.
+            bar.update(replayed + kept, None if more else replayed + kept)
+            if not more:
+                break
+    return ReplayAll(results, bool(answer.get("remaining")), replayed, kept)
 
 
 def _dead_count(client: Client, queue: str | None) -> int:
-    """Dead letters still waiting (for the progress bar's total)."""
+    """Dead letters waiting now (the progress bar's total)."""
     rows = client.status().get("queues") or []
     return sum(r.get("dead", 0) for r in rows if queue is None or r["queue"] == queue)

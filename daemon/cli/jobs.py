@@ -1,4 +1,7 @@
-"""``sluice enqueue`` and ``sluice jobs list|show``: producing and reading jobs."""
+"""``sluice enqueue`` and ``sluice jobs list|show``: producing and reading jobs.
+
+``jobs get`` is another name for ``jobs show``, as everywhere one thing is read.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import orjson
 from daemon.cli.context import Context, UsageError
 from daemon.cli.output import compact, emit_json, local_instant, local_time, shorten, table
 from daemon.sdk.protocol import drop_none
+from daemon.wide_ints import find_wide_int
 
 STATES = ("scheduled", "pending", "running", "completed", "dead")
 KEY_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -67,9 +71,13 @@ def parse_payload(text: str | None) -> Any:
         return None
     raw = sys.stdin.buffer.read() if text == "-" else text.encode()
     try:
-        return orjson.loads(raw)
+        payload = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise UsageError(f"--payload is not valid JSON: {exc}") from None
+    wide = find_wide_int(raw)  # orjson would send it as a rounded float
+    if wide is not None:
+        raise UsageError(f"--payload: {wide.refused('payload').message}")
+    return payload
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -100,14 +108,14 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(run=run_enqueue)
 
     jobs = sub.add_parser("jobs", parents=[common], help="list jobs or show one")
-    verbs = jobs.add_subparsers(dest="jobs_command", required=True, metavar="list|show")
+    verbs = jobs.add_subparsers(dest="jobs_command", required=True, metavar="list|show|get")
     ls = verbs.add_parser("list", parents=[common], help="jobs in id order")
     ls.add_argument("--queue", metavar="Q")
     ls.add_argument("--status", choices=STATES)
     ls.add_argument("--limit", type=int_range(1, 1000), default=100, metavar="N")
     ls.add_argument("--after", metavar="CURSOR", help="the next page (from a previous list)")
     ls.set_defaults(run=run_list)
-    show = verbs.add_parser("show", parents=[common], help="one job in full")
+    show = verbs.add_parser("show", aliases=["get"], parents=[common], help="one job in full")
     show.add_argument("job_id", metavar="ID")
     show.set_defaults(run=run_show)
 

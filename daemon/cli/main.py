@@ -19,6 +19,7 @@ import sys
 from types import ModuleType
 
 from daemon.cli import (
+    audit,
     budget,
     config_check,
     dead,
@@ -43,6 +44,7 @@ COMMANDS: tuple[ModuleType, ...] = (
     budget,
     quota,
     queue,
+    audit,
     periodic,
     work,
     demo,
@@ -52,7 +54,7 @@ COMMANDS: tuple[ModuleType, ...] = (
 def _serve(ctx: Context, _args: argparse.Namespace) -> int:
     from daemon.main import serve
 
-    return serve(ctx.config)
+    return serve(ctx.config, http=_args.http, debug=_args.debug)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -67,6 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser(
         "serve", parents=[common], help="run the daemon in the foreground (--config PATH)"
     )
+    serve.add_argument("--http", metavar="ADDR", help="listen on ADDR, not [daemon] http")
+    serve.add_argument("--debug", action="store_true", help="tracebacks for start-up failures")
     serve.set_defaults(run=_serve)
     for module in COMMANDS:
         module.register(sub, common)

@@ -1,13 +1,14 @@
 """``sluice queue budget show|set|clear``: a queue's admission policy (seed 002).
 
-``show`` is ``admission_status {queue}`` (any grant that reaches the queue may
-read it): one line of usage such as ``73 of 100 used · 1 of 2 in flight ·
-resets 00:00 PST (08:00 UTC)``, times in the policy's zone and, in brackets,
-in the viewer's own (``TZ``), with the date too when the instant is more than
-a day away. A limit the policy does not set reads ``no window limit`` or
-``N in flight (no limit)``; a deferred queue says why and until when
-(``window exhausted until ...``). ``set`` is ``policy_set``: it replaces the
-whole policy (a limit not given is unset); ``clear`` is ``policy_clear``.
+``show`` (or ``get``, its other name) is ``admission_status {queue}`` (any
+grant that reaches the queue may read it): one line of usage such as ``73 of
+100 used · 1 of 2 in flight · resets 00:00 PST (08:00 UTC)``, times in the
+policy's zone and, in brackets, in the viewer's own (``TZ``), with the date
+too when the instant is more than a day away. A limit the policy does not set
+reads ``no window limit`` or ``N in flight (no limit)``; a deferred queue says
+why and until when (``window exhausted until ...``). ``set`` is
+``policy_set``: it replaces the whole policy (a limit not given is unset);
+``clear`` is ``policy_clear``.
 ``--json`` prints that verb's result exactly.
 
 The CLI refuses itself (exit 2, naming the option) what it can see is wrong:
@@ -72,15 +73,20 @@ def start_time(text: str) -> str:
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
-    """Add ``queue budget show|set|clear``."""
+    """Add ``queue budget show|set|clear`` (``get`` is ``show``)."""
     queue = sub.add_parser("queue", parents=[common], help="a queue's admission policy")
     groups = queue.add_subparsers(dest="queue_command", required=True, metavar="budget")
     budget = groups.add_parser(
         "budget", parents=[common], help="show, set or clear a queue's admission policy"
     )
-    verbs = budget.add_subparsers(dest="budget_command", required=True, metavar="show|set|clear")
+    verbs = budget.add_subparsers(
+        dest="budget_command", required=True, metavar="show|get|set|clear"
+    )
     show = verbs.add_parser(
-        "show", parents=[common], help="the policy, its usage and whether claims are admitted"
+        "show",
+        aliases=["get"],
+        parents=[common],
+        help="the policy, its usage and whether claims are admitted",
     )
     show.add_argument("queue", type=queue_name, metavar="QUEUE")
     _namespace_option(show)

@@ -2,7 +2,7 @@
 
 Each subcommand is one verb: ``set`` is ``quota_set`` (it replaces the whole
 document: a field not given is unset, that is unlimited; the door limits of
-seed 001 have options too), ``get`` is ``quota_get``,
+seed 001 have options too), ``get`` (or ``show``) is ``quota_get``,
 ``clear`` is ``quota_clear``. ``--json`` prints that verb's result.
 ``--namespace NS`` names another namespace (the ``operator`` grant); without it
 the namespace is the token's.
@@ -85,9 +85,9 @@ def rate(text: str) -> str:
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
-    """Add ``quota set|get|clear``."""
+    """Add ``quota set|get|clear`` (``show`` is ``get``)."""
     quota = sub.add_parser("quota", parents=[common], help="show and change a namespace's quota")
-    verbs = quota.add_subparsers(dest="quota_command", required=True, metavar="set|get|clear")
+    verbs = quota.add_subparsers(dest="quota_command", required=True, metavar="set|get|show|clear")
     set_ = verbs.add_parser(
         "set",
         parents=[common],
@@ -108,7 +108,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         else:
             set_.add_argument(option, dest=field, type=count, metavar="N", help=help_text)
     set_.set_defaults(run=run_set)
-    get = verbs.add_parser("get", parents=[common], help="the quota document and its source")
+    get = verbs.add_parser(
+        "get", aliases=["show"], parents=[common], help="the quota document and its source"
+    )
     _namespace_option(get)
     get.set_defaults(run=run_get)
     clear = verbs.add_parser("clear", parents=[common], help="remove the quota document: no limits")

@@ -11,7 +11,7 @@ import os
 import signal
 import subprocess
 import sys
-from typing import Any
+from typing import Any, TextIO
 
 import orjson
 import trio
@@ -106,7 +106,7 @@ class CommandRunner:
                             trio.run_process,
                             self.command,
                             stdin=subprocess.PIPE,
-                            stdout=sys.stderr.fileno(),
+                            stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE,
                             env=env,
                             check=False,
@@ -118,10 +118,15 @@ class CommandRunner:
                     self.say(job, "failed", error=str(exc))
                     await job.fail(f"cannot run {self.command[0]!r}: {exc.strerror or exc}")
                     return
-                assert proc is not None and proc.stdin is not None and proc.stderr is not None
+                assert proc is not None and proc.stdin is not None
+                assert proc.stdout is not None and proc.stderr is not None
                 self.say(job, "running", pid=proc.pid)
                 nursery.start_soon(_feed, proc.stdin, orjson.dumps(job.payload) + b"\n")
-                await _drain(proc.stderr, tail)
+                prefix = f"{job.id}: ".encode()
+                # With --json the worker's stdout carries only its own events.
+                out = sys.stderr if self.json else sys.stdout
+                nursery.start_soon(_relay, proc.stdout, Lines(prefix, out), None)
+                await _relay(proc.stderr, Lines(prefix, sys.stderr), tail)
                 await proc.wait()
         finally:
             if proc is not None and proc.returncode is not None:
@@ -148,13 +153,57 @@ async def _feed(stream: trio.abc.SendStream, data: bytes) -> None:
         pass
 
 
-async def _drain(stream: trio.abc.ReceiveStream, tail: bytearray) -> None:
-    """Copy the command's stderr to ours, keeping the last ``STDERR_TAIL`` bytes."""
-    while chunk := await stream.receive_some(65536):
-        sys.stderr.buffer.write(chunk)
-        sys.stderr.buffer.flush()
-        tail += chunk
-        del tail[:-STDERR_TAIL]
+class Lines:
+    """Whole lines to one of our streams, each prefixed with the job's id.
+
+    ``06h2ewjd892ypw58rc4wexdtfw: <line>``, as systemd's journal names a
+    unit; a line is written in one piece so that concurrent jobs do not
+    interleave within a line. A last line without its newline gets one; a
+    line longer than ``MAX_LINE`` bytes is cut into several.
+    """
+
+    MAX_LINE = 65536
+
+    def __init__(self, prefix: bytes, out: TextIO) -> None:
+        self.prefix = prefix
+        self.out = out
+        self.partial = bytearray()
+
+    def feed(self, chunk: bytes) -> None:
+        """Write the complete lines of ``chunk``; keep the rest for the next."""
+        self.partial += chunk
+        lines = []
+        while (cut := self.partial.find(b"\n")) >= 0 or len(self.partial) >= self.MAX_LINE:
+            end = cut + 1 if 0 <= cut < self.MAX_LINE else self.MAX_LINE
+            line = bytes(self.partial[:end])
+            del self.partial[:end]
+            lines.append(self.prefix + (line if line.endswith(b"\n") else line + b"\n"))
+        if lines:
+            self._write(b"".join(lines))
+
+    def close(self) -> None:
+        """Write what is left: a last line without its newline."""
+        if self.partial:
+            self._write(self.prefix + bytes(self.partial) + b"\n")
+            self.partial.clear()
+
+    def _write(self, data: bytes) -> None:
+        self.out.flush()  # after the worker's own lines, not before them
+        self.out.buffer.write(data)
+        self.out.buffer.flush()
+
+
+async def _relay(stream: trio.abc.ReceiveStream, lines: Lines, tail: bytearray | None) -> None:
+    """Copy one of the command's streams to ours, line by line with the job's id;
+    keep the last ``STDERR_TAIL`` bytes in ``tail`` (the job's error if it fails)."""
+    try:
+        while chunk := await stream.receive_some(65536):
+            lines.feed(chunk)
+            if tail is not None:
+                tail += chunk
+                del tail[:-STDERR_TAIL]
+    finally:
+        lines.close()
 
 
 async def _terminate_group(proc: trio.Process) -> None:

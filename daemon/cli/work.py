@@ -4,14 +4,22 @@ The command gets the payload as JSON on stdin and ``SLUICEGATE_JOB_ID``,
 ``SLUICEGATE_ATTEMPT``, ``SLUICEGATE_QUEUE`` and ``SLUICEGATE_JOB_TYPE`` in
 its environment. Exit status 0 completes the job; anything else fails it, with
 the last 2 KiB of the command's stderr as the error (the daemon schedules the
-retry). The lease is extended while it runs. Its stdout and stderr are passed
-on to the worker's stderr, so the worker's stdout carries only lines like::
+retry). The lease is extended while it runs. A command killed by a signal
+exits with status 128 + the signal number, as in a shell.
+
+Where the output goes: each line the command writes is passed on prefixed
+with the job's id, as systemd's journal prefixes a unit's lines. The
+command's stdout goes to the worker's stdout, between the worker's own lines
+about the job; its stderr goes to the worker's stderr::
 
     2026-08-31T19:16:28+10:00: Job 03gs5tvn78uny555dm88vjsoj running in process 3098324
+    03gs5tvn78uny555dm88vjsoj: {"path":"/tmp/cat.png"}
     2026-08-31T19:16:30+10:00: Job 03gs5tvn78uny555dm88vjsoj exited with status 0
 
-(with ``--json``, one JSON object per line instead). A command killed by a
-signal exits with status 128 + the signal number, as in a shell.
+With ``--json`` the worker's stdout carries only its own events, one JSON
+object per line, and the command's stdout joins its stderr on the worker's
+stderr (still prefixed). The stderr tail that becomes a failed job's error is
+the command's own text, without the prefixes.
 
 SIGTERM or SIGINT stops the worker gracefully: no new claims, running jobs get
 ``--grace`` seconds, then their process groups get SIGTERM (SIGKILL 5 s
@@ -39,7 +47,11 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         help="run a command for each job of QUEUEs",
         usage="sluice work QUEUE... [options] -- CMD...",
         description="Claim jobs of QUEUEs and run CMD for each: the payload on stdin, "
-        "exit 0 completes, anything else fails with the tail of stderr.",
+        "exit 0 completes, anything else fails with the tail of stderr. Output: each line "
+        "CMD writes is passed on prefixed with the job's id ('<job id>: <line>'); CMD's "
+        "stdout goes to this stdout, between the 'Job <id> running/exited' lines, and its "
+        "stderr to this stderr. With --json, stdout carries only the worker's events (one "
+        "JSON object per line) and CMD's stdout goes to stderr too.",
     )
     p.add_argument("queues", nargs="+", metavar="QUEUE")
     p.add_argument(

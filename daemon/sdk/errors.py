@@ -116,7 +116,8 @@ class QuotaExceeded(SluicegateError):
 
 
 class Unavailable(SluicegateError):
-    """A 503: the daemon cannot serve this now."""
+    """A 503: the daemon cannot serve this now (``unavailable``: the store cannot
+    write, or the daemon is at its connection cap)."""
 
 
 class QuotaUnavailable(Unavailable):
@@ -156,6 +157,7 @@ CODES: dict[str, type[SluicegateError]] = {
     "quota_exceeded": QuotaExceeded,
     "quota_unavailable": QuotaUnavailable,
     "shutting_down": ShuttingDown,
+    "unavailable": Unavailable,
     "internal": InternalError,
 }
 

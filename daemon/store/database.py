@@ -13,11 +13,19 @@ A write that changes memory a later write of the same transaction must see
 
 The statements run on the event loop: they are short, and a thread hop would
 cost more than the work. The benchmark measures the loop's p99 stall.
+
+A transaction that fails with an error of the store (disk full, I/O error,
+read-only file: :mod:`daemon.store.health`) is rolled back whole, and every
+write of it answers ``unavailable``; the store is marked failing until a
+commit writes again. While failing, the committer probes with backoff (no task
+runs while the store is well). Any other error is a bug: ``internal``, with a
+logged reference.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
 import time
 from collections import deque
@@ -28,40 +36,67 @@ from typing import Any, Protocol, TypeVar
 import sqlite_utils
 import trio
 
-from actors.errors import Refused, internal_error
+from actors.errors import OUTCOMES, Refused, internal_error
+from daemon.store.health import StoreHealth, StoreUnavailable, is_store_failure, store_refusal
 from daemon.store.schema import migrate
 
 log = logging.getLogger("sluicegate.store")
 T = TypeVar("T")
+#: A store error met anywhere (a read in a verb too) answers ``unavailable``.
+if store_refusal not in OUTCOMES:
+    OUTCOMES.append(store_refusal)
+#: The committer's probe of a failing store: first delay and cap (seconds).
+PROBE_FIRST = 0.25
+PROBE_MAX = 10.0
 
 
 def open_database(
-    path: Path | str, synchronous: str = "normal", *, autocheckpoint: bool = True
+    path: Path | str,
+    synchronous: str = "normal",
+    *,
+    autocheckpoint: bool = True,
+    journal_size_limit: int = 64 << 20,
 ) -> sqlite_utils.Database:
     """Open (creating and migrating) the database at ``path`` in WAL mode.
 
     ``autocheckpoint=False`` leaves WAL checkpoints to a
-    :class:`~daemon.store.checkpointer.Checkpointer`.
+    :class:`~daemon.store.checkpointer.Checkpointer`. A WAL reset after a
+    checkpoint truncates the file to ``journal_size_limit`` bytes.
+
+    Raises :class:`~daemon.store.health.StoreUnavailable` naming the path and
+    the cause when the file system refuses (disk full, read-only, I/O error,
+    not a database).
     """
     if synchronous not in ("normal", "full"):
         raise ValueError("synchronous must be 'normal' or 'full'")
-    if str(path) != ":memory:":
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-    conn = sqlite3.connect(
-        str(path), isolation_level=None, check_same_thread=False, cached_statements=512
-    )
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute(f"PRAGMA synchronous = {synchronous.upper()}")
-    conn.execute("PRAGMA busy_timeout = 5000")
-    conn.execute("PRAGMA temp_store = MEMORY")
-    if not autocheckpoint:
-        conn.execute("PRAGMA wal_autocheckpoint = 0")
-    conn.execute("PRAGMA cache_size = -65536")  # 64 MiB of page cache
-    db = sqlite_utils.Database(conn)
+    conn: sqlite3.Connection | None = None
     try:
+        if str(path) != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(
+            str(path), isolation_level=None, check_same_thread=False, cached_statements=512
+        )
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute(f"PRAGMA synchronous = {synchronous.upper()}")
+        conn.execute("PRAGMA busy_timeout = 5000")
+        conn.execute("PRAGMA temp_store = MEMORY")
+        conn.execute(f"PRAGMA journal_size_limit = {int(journal_size_limit)}")
+        if not autocheckpoint:
+            conn.execute("PRAGMA wal_autocheckpoint = 0")
+        conn.execute("PRAGMA cache_size = -65536")  # 64 MiB of page cache
+        db = sqlite_utils.Database(conn)
         migrate(db)
-    except BaseException:
-        conn.close()
+    except BaseException as exc:
+        if conn is not None:
+            conn.close()
+        if isinstance(exc, OSError) or is_store_failure(exc):
+            cause = str(exc)
+            if isinstance(exc, OSError) and exc.errno:
+                cause = os.strerror(exc.errno)
+                cause = cause[:1].lower() + cause[1:]  # "file exists", as in a sentence
+            if not StoreHealth(path).has_headroom():  # SQLite may say only "disk I/O error"
+                cause = f"{cause} (the filesystem is full)"
+            raise StoreUnavailable(f"cannot open the database {path}: {cause}") from exc
         raise
     return db
 
@@ -137,9 +172,17 @@ class GroupCommit:
     """
 
     def __init__(
-        self, conn: sqlite3.Connection, now_ms: Callable[[], int], budget_s: float = 0.001
+        self,
+        conn: sqlite3.Connection,
+        now_ms: Callable[[], int],
+        budget_s: float = 0.001,
+        health: StoreHealth | None = None,
     ) -> None:
         self._conn = conn
+        #: Failing after a store error, ok again after a commit that wrote.
+        self.health = health if health is not None else StoreHealth()
+        self._probe_delay = PROBE_FIRST
+        self._probe_at: float | None = None
         self._now_ms = now_ms
         self._budget = budget_s
         self._queue: deque[_Write] = deque()
@@ -198,7 +241,21 @@ class GroupCommit:
             while True:
                 # Woken by the first write of a round: by the time this task runs,
                 # every task of that round has queued its write.
-                await self._wake.wait()
+                if self.health.failing is None:
+                    await self._wake.wait()
+                else:
+                    # Failing: writes still try the store, and a probe does at
+                    # growing intervals, whatever else commits (none while well).
+                    if self._probe_at is None:
+                        self._probe_at = trio.current_time() + self._probe_delay
+                    with trio.move_on_at(self._probe_at):
+                        await self._wake.wait()
+                    if trio.current_time() >= self._probe_at:
+                        self._probe_delay = min(self._probe_delay * 2, PROBE_MAX)
+                        self._probe_at = trio.current_time() + self._probe_delay
+                        self._probe()
+                    if not self._wake.is_set():
+                        continue
                 # One more round first: connections whose requests arrived while
                 # the last commit ran are read now, and join this transaction.
                 await trio.lowlevel.cancel_shielded_checkpoint()
@@ -247,6 +304,7 @@ class GroupCommit:
         except sqlite3.Error as exc:
             self._fail_all(writes, exc)
             return True
+        changes_at_begin = conn.total_changes
         try:
             index = 0
             while True:
@@ -269,6 +327,10 @@ class GroupCommit:
                     item.result = item.fn(tx)
                 except BaseException as exc:  # a refusal or a bug: this write only
                     tx.rolled_back()
+                    if is_store_failure(exc):
+                        # SQLite may have rolled the transaction back already:
+                        # the whole transaction fails (below), never this write alone.
+                        raise
                     if careful:
                         conn.execute("ROLLBACK TO w")
                         conn.execute("RELEASE w")
@@ -285,11 +347,12 @@ class GroupCommit:
                 pending.flush(conn)
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
+            _rollback(conn)
             _rolled_back(writes)
             self._fail_all(writes, exc)
             return True
+        if self.health.failing is not None and conn.total_changes != changes_at_begin:
+            self._recovered()
         self.commits += 1
         self.writes += len(writes)
         for pending in self.pending:
@@ -301,10 +364,46 @@ class GroupCommit:
         return True
 
     def _fail_all(self, writes: list[_Write], exc: BaseException) -> None:
-        log.error("store transaction failed: %s", exc)
+        """The transaction failed: a store error answers ``unavailable``, a bug
+        ``internal`` (one logged reference for the whole transaction)."""
+        refused = store_refusal(exc)
+        if refused is not None:
+            self.health.failed(exc)
+        else:
+            refused = internal_error(exc)
         for item in writes:
             item.tx = None
-            item.error = Refused("internal", f"store error: {exc}")
+            item.error = refused
+
+    def _recovered(self) -> None:
+        if self.health.wrote():
+            self._probe_delay = PROBE_FIRST
+            self._probe_at = None
+
+    def _probe(self) -> None:
+        """A failing store's probe: a one-page write (the schema version,
+        rewritten unchanged) in its own transaction."""
+        conn = self._conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+            conn.execute(f"PRAGMA user_version = {version}")
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            _rollback(conn)
+            if not is_store_failure(exc):
+                internal_error(exc)  # logged with a reference; the store stays failing
+            return
+        self._recovered()
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    """Roll back what is open; SQLite may have done it already, or fail to."""
+    if conn.in_transaction:
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error as exc:
+            log.warning("rollback failed: %s", exc)
 
 
 def _rolled_back(writes: list[_Write]) -> None:

@@ -32,9 +32,13 @@ def _writable(core: Core, namespace: str) -> None:
 
 
 def _source(core: Core, namespace: str, present: bool) -> str | None:
+    """``config`` for a document the config file wrote (even one that does not
+    decode), ``api`` for one set through the API."""
     if not present:
         return None
-    return "config" if namespace in core.config.quota_tables else "api"
+    if namespace in core.config.quota_tables or namespace in quotas.provisioned(core.conn):
+        return "config"
+    return "api"
 
 
 @verb("quota_get", ("manage",), NoArgs)

@@ -106,7 +106,7 @@ def queue_rows(core: Core, call: Call) -> list[dict[str, Any]]:
 def _quota(core: Core, namespace: str) -> dict[str, Any] | None:
     """``status.quota``: the document in force and usage against its limits, or
     None without one (``{"error"}`` while it cannot be read: fail closed)."""
-    actor = core.namespaces.get(namespace)
+    actor = core.namespaces.find(namespace)
     if actor.broken is not None:
         return {"error": actor.broken}
     if actor.quota is None:

@@ -262,8 +262,12 @@ def test_admin_writes_are_limited_per_token_on_both_transports(make_daemon, conn
         refused = statuses.index(429)
         r = answers[refused]
         assert r.headers["retry-after"] == "1"
-        assert r.json() == {"error": "admin write rate limit exceeded", "code": "rate_limited",
-                            "limit": "admin_writes", "retry_after": 1}  # fmt: skip
+        assert r.json() == {
+            "error": "admin write rate limit exceeded: 1/s, burst 10 "
+            "(set write_rate on the token or [daemon] admin_write_rate)",
+            "code": "rate_limited", "limit": "admin_writes", "rate": "1/s", "burst": 10,
+            "retry_after": 1,
+        }  # fmt: skip
         assert a.get(f"/budgets/k{refused}").status_code == 404  # nothing written
         assert a.get("/budgets").status_code == 200  # reads are not limited
         assert b.put("/budgets/k0", json=WIF).status_code == 200  # a bucket per token

@@ -8,7 +8,9 @@ import pytest
 import trio
 
 from actors.errors import Refused
-from daemon.admin_limit import ADMIN_WRITES, BURST
+from actors.quota import Rate
+from daemon.admin_limit import ADMIN_WRITES, BURST, WriteLimit, parse_write_rate, write_limit
+from daemon.config import Config, parse_config
 from daemon.core import Core
 from daemon.dispatch import dispatch
 from daemon.session import ALL_GRANTS, Session
@@ -53,8 +55,10 @@ async def test_a_token_writes_a_burst_of_ten_then_one_a_second(tmp_path, autojum
             await put(core, ops)
         refusal = await refused(core, ops)
         assert (refusal.code, refusal.status, refusal.message) == (
-            "rate_limited", 429, "admin write rate limit exceeded")  # fmt: skip
-        assert refusal.details == {"limit": "admin_writes", "retry_after": 1}
+            "rate_limited", 429, "admin write rate limit exceeded: 1/s, burst 10 "
+            "(set write_rate on the token or [daemon] admin_write_rate)")  # fmt: skip
+        assert refusal.details == {
+            "limit": "admin_writes", "rate": "1/s", "burst": 10, "retry_after": 1}  # fmt: skip
         await trio.sleep(0.999)  # virtual time: autojump_clock
         assert (await refused(core, ops)).details["retry_after"] == 1
         await trio.sleep(0.001)
@@ -111,3 +115,78 @@ async def test_full_buckets_are_forgotten(tmp_path, autojump_clock):
         for _ in range(BURST):  # b's forgotten bucket gave nothing away
             await put(core, token("b"))
         assert (await refused(core, token("b"))).code == "rate_limited"
+
+
+def test_write_rates_parse_as_enqueue_rate_does_or_say_unlimited():
+    assert parse_write_rate("20/s") == Rate(20, "s")
+    assert parse_write_rate("3/m") == Rate(3, "m")
+    assert parse_write_rate("unlimited") is None
+    for bad in ("0/s", "20/x", "fast", "", 20, None):
+        with pytest.raises(ValueError, match="unlimited"):
+            parse_write_rate(bad)
+
+
+def _config(daemon: dict[str, Any] | None = None, **tokens: dict[str, Any]) -> Config:
+    tables = [{"name": name, "token": f"secret-{name}", **t} for name, t in tokens.items()]
+    return parse_config({"daemon": daemon or {}, "tokens": tables}, "test.toml")
+
+
+def test_each_caller_gets_the_token_s_limit_else_the_daemon_s():
+    config = _config(
+        {"admin_write_rate": "2/m", "admin_write_burst": 3},
+        deploy={"write_rate": "20/s"}, big={"write_rate": "20/s", "write_burst": 50},
+        script={"write_rate": "unlimited"}, person={}, burst_only={"write_burst": 7},
+    )  # fmt: skip
+    assert write_limit(config, "deploy") == WriteLimit(Rate(20, "s"), 20)  # burst: the count
+    assert write_limit(config, "big") == WriteLimit(Rate(20, "s"), 50)
+    assert write_limit(config, "script") is None
+    assert write_limit(config, "person") == WriteLimit(Rate(2, "m"), 3)
+    assert write_limit(config, "burst_only") == WriteLimit(Rate(2, "m"), 7)
+    assert write_limit(config, None) == WriteLimit(Rate(2, "m"), 3)  # an open-mode HTTP client
+    assert write_limit(_config({"admin_write_rate": "unlimited"}), None) is None
+    assert write_limit(Config(), None) == WriteLimit(Rate(1, "s"), BURST)
+
+
+async def test_configured_limits_on_virtual_time(tmp_path, autojump_clock):
+    config = _config(
+        {"admin_write_rate": "2/m", "admin_write_burst": 3},
+        deploy={"write_rate": "20/s"}, script={"write_rate": "unlimited"},
+    )  # fmt: skip
+    with trio.fail_after(600):
+        async with running_core(tmp_path, config=config) as core:
+            for _ in range(100):
+                await put(core, token("script"))
+            for _ in range(3):
+                await put(core, token("person"))
+            refusal = await refused(core, token("person"))
+            assert refusal.message.startswith("admin write rate limit exceeded: 2/m, burst 3 (")
+            assert refusal.details["retry_after"] == 30
+            for _ in range(20):
+                await put(core, token("deploy"))
+            assert (await refused(core, token("deploy"))).details["burst"] == 20
+            t0 = trio.current_time()
+            await trio.sleep(0.05)  # one token of 20/s
+            await put(core, token("deploy"))
+            assert (await refused(core, token("deploy"))).code == "rate_limited"
+            assert trio.current_time() - t0 == pytest.approx(0.05)
+
+
+async def test_a_reload_applies_at_the_next_write_without_free_tokens(tmp_path, autojump_clock):
+    with trio.fail_after(600):
+        async with running_core(tmp_path) as core:
+            ops = token("ops")
+            for _ in range(BURST):
+                await put(core, ops)
+            core.config = _config({"admin_write_rate": "unlimited"})
+            for _ in range(3 * BURST):
+                await put(core, ops)
+            core.config = _config({"admin_write_rate": "1/s", "admin_write_burst": 2})
+            await put(core, ops)  # a new bucket starts full: 2
+            await put(core, ops)
+            assert (await refused(core, ops)).details["burst"] == 2
+            core.config = _config({"admin_write_rate": "10/s", "admin_write_burst": 5})
+            # The existing bucket keeps its (empty) count: a raise hands out nothing.
+            assert (await refused(core, ops)).details == {
+                "limit": "admin_writes", "rate": "10/s", "burst": 5, "retry_after": 1}  # fmt: skip
+            await trio.sleep(0.1)
+            await put(core, ops)

@@ -321,3 +321,33 @@ def test_every_problem_is_listed_at_once():
         "daemon.leese: unknown field 'leese'; did you mean 'lease'?",
         "budgets.d.x.allocation: must be an integer of at least 1",
     ]
+
+
+def test_admin_write_limits_default_and_parse():
+    config = parse_config({}, "x.toml")
+    assert (config.daemon.admin_write_rate, config.daemon.admin_write_burst) == ("1/s", 10)
+    token = {"name": "deploy", "sha256": SHA, "write_rate": "20/s", "write_burst": 40}
+    config = parse_config(
+        {"daemon": {"admin_write_rate": "unlimited", "admin_write_burst": 3}, "tokens": [token]},
+        "x.toml",
+    )
+    assert config.daemon.admin_write_rate == "unlimited"
+    assert (config.tokens[0].write_rate, config.tokens[0].write_burst) == ("20/s", 40)
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        ({"daemon": {"admin_write_rate": "fast"}}, "daemon.admin_write_rate: must be"),
+        ({"daemon": {"admin_write_rate": "0/s"}}, "daemon.admin_write_rate: must be"),
+        ({"daemon": {"admin_write_rate": 5}}, "daemon.admin_write_rate: expected a string"),
+        ({"daemon": {"admin_write_burst": 0}}, "daemon.admin_write_burst: must be at least 1"),
+        ({"tokens": [{"name": "t", "sha256": SHA, "write_rate": "20/x"}]},
+         "tokens[0].write_rate: must be"),
+        ({"tokens": [{"name": "t", "sha256": SHA, "write_burst": 0}]},
+         "tokens[0].write_burst: must be at least 1"),
+    ],
+)  # fmt: skip
+def test_bad_admin_write_limits_name_the_field(data, problem):
+    (found,) = _problems(data)
+    assert found.startswith(problem), found

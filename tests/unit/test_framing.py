@@ -72,6 +72,21 @@ def test_a_missing_or_invalid_id_is_a_bad_frame(doc):
     assert event == BadFrame("a request needs an id that is an integer or a string")
 
 
+def test_an_integer_beyond_64_bits_is_a_request_carrying_its_refusal():
+    line = b'{"id": 7, "op": "enqueue", "payload": {"n": 12345678901234567890123}}'
+    event = parse(line)
+    assert isinstance(event, Request) and event.id == 7 and event.op == "enqueue"
+    assert event.refused is not None and event.refused.code == "invalid_argument"
+    assert event.refused.details == {"field": "payload.n"}
+    fits = b'{"id": 7, "op": "x", "n": 18446744073709551615, "m": -9223372036854775808}'
+    assert parse(fits) == Request(7, "x", {"n": 2**64 - 1, "m": -(2**63)})
+
+
+def test_an_id_beyond_64_bits_is_a_bad_frame():
+    event = parse(b'{"id": 12345678901234567890123, "op": "x"}')
+    assert event == BadFrame("a request needs an id that is an integer or a string")
+
+
 def test_missing_op_is_a_request_for_dispatch_to_refuse():
     assert parse(b'{"id": 1}') == Request(1, None, {})
     assert parse(b'{"id": 1, "op": 5}') == Request(1, 5, {})

@@ -345,6 +345,47 @@ async def test_a_provisioned_quota_is_read_only_and_a_bad_one_fails_closed(
         assert (await refused(enqueue(core, 1, namespace="billing"))).code == "queue_full"
 
 
+async def test_a_table_removed_from_the_file_removes_its_document_even_a_bad_one(
+    tmp_path, autojump_clock
+):
+    from daemon.quotas import PROVISIONED, provision
+
+    with_tables = parse_config(
+        {"quotas": {"default": {"max_pending": "lots"}, "billing": {"max_pending": 1}}}, "t.toml"
+    )
+    async with running_core(tmp_path, config=with_tables) as core:
+        await set_quota(core, "api-ns", max_pending=7)  # the API's: never touched
+        await core.writer.write(provision(core))
+        assert settings_sql.get(core.conn, PROVISIONED) == '["billing","default"]'
+        got = await call(core, "quota_get", namespace="default")
+        assert (got["quota"], got["source"]) == (None, "config") and "max_pending" in got["error"]
+        assert (await refused(enqueue(core, 1))).code == "quota_unavailable"
+
+        core.reload(parse_config({"quotas": {"billing": {"max_pending": 1}}}, "t.toml"))
+        await core.writer.write(provision(core))
+        assert await call(core, "quota_get", namespace="default") == {"quota": None,
+                                                                     "source": None}  # fmt: skip
+        await enqueue(core, 1)  # recovered at once
+        assert core.health_problems() == []
+        assert (await call(core, "quota_get", namespace="billing"))["source"] == "config"
+        assert (await call(core, "quota_get", namespace="api-ns"))["source"] == "api"
+
+        core.reload(parse_config({}, "t.toml"))
+        await core.writer.write(provision(core))
+        assert settings_sql.get(core.conn, PROVISIONED) is None
+        assert (await call(core, "quota_get", namespace="billing"))["source"] is None
+        assert (await call(core, "quota_get", namespace="api-ns"))["quota"] == {
+            "max_pending": 7, "on_excess": "reject",
+        }  # fmt: skip
+        actions = core.conn.execute(
+            "SELECT actor, target, action FROM audit WHERE target_kind = 'namespace' ORDER BY id"
+        ).fetchall()
+        assert [a for a in actions if a[0] == "config"] == [
+            ("config", "default", "set"), ("config", "billing", "set"),
+            ("config", "default", "clear"), ("config", "billing", "clear"),
+        ]  # fmt: skip
+
+
 def test_config_without_quotas_has_no_problems():
     assert Config().quota_problems == ()
 
