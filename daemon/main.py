@@ -26,6 +26,8 @@ import sqlite3
 import sys
 import time
 import zoneinfo
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -316,6 +318,21 @@ class OncePerEpisode(logging.Filter):
         return True
 
 
+def _remove_if_failed(state: Path, exc_type: type[BaseException] | None, *_: Any) -> None:
+    """A state directory this start created, removed when the start failed.
+
+    Only our lock files may be in it then (the store is opened after every
+    check): anything else means it is no longer ours to remove.
+    """
+    if exc_type is None or not issubclass(exc_type, StartupError):
+        return
+    for name in ("sluicegate.lock", "sluicegate.sock.lock"):
+        with contextlib.suppress(OSError):
+            (state / name).unlink()
+    with contextlib.suppress(OSError):
+        state.rmdir()  # refused unless empty
+
+
 def _claim(
     cfg: DaemonConfig, fds: list[int], claimed: contextlib.ExitStack
 ) -> tuple[trio.SocketListener, Any, int]:
@@ -327,10 +344,14 @@ def _claim(
     if warning:
         log.warning("%s", warning)
     state = cfg.state_path()
+    fresh = not state.exists()
     try:
         state.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise StartupError(f"cannot create state directory {state}: {reason(exc)}") from exc
+    if fresh:
+        # A start that fails leaves nothing behind: unwound last, after the locks.
+        claimed.push(partial(_remove_if_failed, state))
     if not os.access(state, os.W_OK | os.X_OK):
         raise StartupError(f"state directory {state} is not writable")
     lock = PidLock(state / "sluicegate.lock", f"state directory {state}")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import errno
 import os
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -141,3 +142,22 @@ def test_a_full_disk_answers_unavailable_and_recovers_without_a_restart(small_st
     assert "internal error" not in log, log
     assert log.count("the store cannot write") == 1, log  # once per episode
     assert "the store writes again" in log, log
+
+
+def test_a_start_on_a_full_disk_is_one_line_naming_the_path_and_the_cause(small_state):
+    daemon = small_state("20m")
+    assert daemon.stop() == 0
+    filler = _fill(daemon.state)
+    done = subprocess.run(
+        [sys.executable, "-m", "daemon.cli.main", "serve", "--config", str(daemon.config_path)],
+        cwd=daemon.workdir, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    lines = [line for line in done.stderr.splitlines() if line.startswith("sluice: ")]
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    [line] = lines
+    database = daemon.state / "sluicegate.db"
+    assert line.startswith(f"sluice: cannot open the database {database}: "), line
+    assert "full" in line, line  # "database or disk is full", or "(the filesystem is full)"
+    filler.unlink()
+    daemon.start()  # space again: it starts, with its jobs

@@ -158,6 +158,19 @@ def test_port_in_use_is_one_line_exit_2_and_no_database(
     )
     assert not (daemon.state / "sluicegate.db").exists()
     assert not daemon.socket.exists()
+    assert not daemon.state.exists()  # the start made it, and the failure took it back
+
+
+def test_a_failed_start_keeps_a_state_dir_it_did_not_make(
+    make_daemon: Callable[..., DaemonProcess], taken_port: int
+):
+    daemon = make_daemon(start=False)
+    daemon.state.mkdir()
+    (daemon.state / "operator-notes.txt").write_text("mine")
+    set_config(daemon, http=f"127.0.0.1:{taken_port}")
+    assert serve(daemon).returncode == 2
+    assert (daemon.state / "operator-notes.txt").read_text() == "mine"
+    assert not (daemon.state / "sluicegate.db").exists()
 
 
 def test_http_option_overrides_the_config(
