@@ -30,7 +30,7 @@ AREAS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("job id minting", ("base64", "actors/ids.py", "random.py")),
     ("socket send", ("Connection.send", "_write_loop")),
     ("socket receive and framing",
-     ("daemon/framing.py", "_read_loop", "receive_some", "_nonblocking_helper",
+     ("daemon/transport/framing.py", "_read_loop", "receive_some", "_nonblocking_helper",
       "sock_method_wrapper")),
     ("metrics and counts", ("prometheus_client", "daemon/metrics.py", "actors/counts.py")),
     ("Trio scheduling (tasks, events, cancel scopes, epoll)",

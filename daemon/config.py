@@ -23,9 +23,9 @@ from actors.errors import Refused
 from actors.periodic import Schedule, ScheduleError, parse_schedule
 from actors.policy import Policy, parse_policy
 from actors.quota import Quota, parse_quota
-from daemon.admin_limit import BURST as ADMIN_WRITE_BURST
-from daemon.admin_limit import RATE as ADMIN_WRITE_RATE
-from daemon.admin_limit import parse_write_rate
+from daemon.admission.admin_limit import BURST as ADMIN_WRITE_BURST
+from daemon.admission.admin_limit import RATE as ADMIN_WRITE_RATE
+from daemon.admission.admin_limit import parse_write_rate
 from daemon.durations import format_duration_ms, parse_duration_ms
 from daemon.strict import strict_converter
 from daemon.validation import FieldError, at_least, describe

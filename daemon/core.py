@@ -19,20 +19,21 @@ from actors import lifecycle as lc
 from actors.budget import Budget
 from actors.clock import Clock
 from actors.counts import QueueCounts
+from actors.history import History
 from actors.ids import IdMint
 from actors.namespace import Namespaces
 from actors.reaper import DelayTimer, LeaseReaper
 from actors.router import ClaimRouter
 from actors.watcher import SettingsWatcher
-from daemon import __version__, quotas, retention, usage
-from daemon.admin_limit import AdminWriteLimiter
-from daemon.board.history import History
-from daemon.budget_dispatch import BudgetDispatch
+from daemon import __version__, retention
+from daemon.admission import quotas, usage
+from daemon.admission.admin_limit import AdminWriteLimiter
+from daemon.admission.budget_gate import BudgetDispatch
+from daemon.admission.door import Door
+from daemon.admission.policies import Policies
 from daemon.config import Config
-from daemon.door import Door
 from daemon.metrics import Metrics
 from daemon.periodic import PeriodicScheduler
-from daemon.policies import Policies
 from daemon.session import Authenticator
 from daemon.store import budgets as budget_sql
 from daemon.store import jobs as sql

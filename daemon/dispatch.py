@@ -5,7 +5,7 @@
 3. arguments structured strictly (``invalid_argument`` naming the field);
 4. the verb itself checks queue scope and ownership of what it names;
 5. an admin write, once planned, takes a token of its caller's admin write
-   bucket (:mod:`daemon.admin_limit`).
+   bucket (:mod:`daemon.admission.admin_limit`).
 
 :func:`prepare` does the checks and plans the call; :func:`dispatch` runs the
 plan to its answer (HTTP); the socket runs plans itself, submitting their writes
@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from actors.errors import Refused, internal_error, invalid
-from daemon.admin_limit import ADMIN_WRITES
+from daemon.admission.admin_limit import ADMIN_WRITES
 from daemon.session import Session
 from daemon.verbs import VERBS, Call
 from daemon.verbs.table import Later, Plan

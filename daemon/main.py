@@ -35,18 +35,19 @@ import trio
 
 from actors.clock import Clock
 from actors.errors import Refused
-from daemon import quotas, systemd
+from daemon import systemd
+from daemon.admission import quotas
 from daemon.config import Config, ConfigError, DaemonConfig, load_config
 from daemon.config_watch import ConfigFileWatch
 from daemon.core import Core
-from daemon.http_server import bind_http, close_sockets, serve_http
 from daemon.pid_lock import PidLock
 from daemon.reload import decide
-from daemon.socket_server import SocketServer, bind_unix_socket, listener_from_fd
 from daemon.startup import StartupError, connection_cap, raise_file_limit, reason
 from daemon.store.checkpointer import Checkpointer
 from daemon.store.database import open_database
 from daemon.store.health import StoreUnavailable
+from daemon.transport.http_server import bind_http, close_sockets, serve_http
+from daemon.transport.socket_server import SocketServer, bind_unix_socket, listener_from_fd
 from daemon.verbs.budgets import provision
 
 log = logging.getLogger("sluicegate")
@@ -206,7 +207,7 @@ class Daemon:
     async def _provision(self) -> None:
         """Make the config file's provisioned budgets, quotas and queue policies true
         in the store."""
-        from daemon import policy_provision
+        from daemon.admission import policy_provision
 
         core = self.core
         if core is None:

@@ -39,7 +39,7 @@ from actors import lifecycle as lc
 from actors.errors import Refused
 from actors.ids import first_id
 from actors.retention import RetentionLeader
-from daemon import usage
+from daemon.admission import usage
 from daemon.store import queues as queue_sql
 from daemon.store import retention as store
 from daemon.store.database import Tx

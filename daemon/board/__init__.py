@@ -1,7 +1,7 @@
 """The operator board: server-rendered pages over the verb table.
 
 :mod:`daemon.board.app` builds the Starlette app that
-:class:`daemon.http_app.HttpApp` hands ``GET /`` and ``/board/...`` to. This
-package's ``__init__`` imports nothing, so the core can use
-:mod:`daemon.board.history` without loading the web stack.
+:class:`daemon.transport.http_app.HttpApp` hands ``GET /`` and ``/board/...`` to.
+Its pictures draw on :mod:`actors.history`, which the core keeps. This
+package's ``__init__`` imports nothing.
 """

@@ -1,6 +1,6 @@
 """The board's Starlette app: routes, sign-in, CSRF, and the page handlers.
 
-:class:`daemon.http_app.HttpApp` hands it ``GET /`` and every path under
+:class:`daemon.transport.http_app.HttpApp` hands it ``GET /`` and every path under
 ``/board``. Pages are rendered on the server with Jinja2 from
 :mod:`daemon.board.views`; the editors are plain HTML forms that post,
 redirect, and work without JavaScript; the static script only adds local

@@ -1,4 +1,4 @@
-"""Inline SVG pictures, drawn on the server from :mod:`daemon.board.history`.
+"""Inline SVG pictures, drawn on the server from :mod:`actors.history`.
 
 Presentation attributes only (``fill=``, ``stroke=``), never ``style``: the
 board's Content-Security-Policy allows no inline styles. Each picture is a

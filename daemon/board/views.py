@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from actors.errors import not_found
+from actors.history import MINUTE_MS
 from daemon.board import charts, present
-from daemon.board.history import MINUTE_MS
 from daemon.board.reads import maybe, read
 from daemon.session import Session
 

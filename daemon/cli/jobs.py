@@ -16,7 +16,7 @@ import orjson
 from daemon.cli.context import Context, UsageError
 from daemon.cli.output import compact, emit_json, local_instant, local_time, shorten, table
 from daemon.sdk.protocol import drop_none
-from daemon.wide_ints import find_wide_int
+from daemon.transport.wide_ints import find_wide_int
 
 STATES = ("scheduled", "pending", "running", "completed", "dead")
 KEY_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")

@@ -13,7 +13,7 @@ import attrs
 
 from actors import lifecycle as lc
 from actors.errors import Refused, invalid, not_found
-from daemon import quotas
+from daemon.admission import quotas
 from daemon.store import jobs as sql
 from daemon.store.database import Tx
 from daemon.verbs.reading import page

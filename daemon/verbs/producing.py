@@ -16,7 +16,7 @@ import attrs
 from actors import lifecycle as lc
 from actors.budget import Budget, BudgetSpec
 from actors.errors import Refused, invalid
-from daemon import quotas
+from daemon.admission import quotas
 from daemon.store import jobs as sql
 from daemon.store.database import Tx
 from daemon.verbs.budgets import MAX_TOKENS, create_budget, parse_strategy

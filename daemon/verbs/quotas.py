@@ -13,7 +13,7 @@ import attrs
 
 from actors.errors import Refused
 from actors.quota import parse_quota
-from daemon import quotas
+from daemon.admission import quotas
 from daemon.store.database import Tx
 from daemon.verbs.table import Call, NoArgs, Plan, answer_now, verb
 

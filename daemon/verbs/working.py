@@ -17,7 +17,7 @@ import trio
 from actors import lifecycle as lc
 from actors.errors import Refused, invalid, not_found
 from actors.router import Waiter
-from daemon import quotas
+from daemon.admission import quotas
 from daemon.store import jobs as sql
 from daemon.store.database import Tx
 from daemon.verbs.table import Call, Later, Plan, verb

@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
-from daemon.http_app import MAX_BODY
-from daemon.http_guard import SECURITY_HEADERS
+from daemon.transport.http_app import MAX_BODY
+from daemon.transport.http_guard import SECURITY_HEADERS
 from tests.support import DaemonProcess, token_tables, wait_until
 
 pytestmark = pytest.mark.e2e

@@ -9,7 +9,13 @@ import trio
 
 from actors.errors import Refused
 from actors.quota import Rate
-from daemon.admin_limit import ADMIN_WRITES, BURST, WriteLimit, parse_write_rate, write_limit
+from daemon.admission.admin_limit import (
+    ADMIN_WRITES,
+    BURST,
+    WriteLimit,
+    parse_write_rate,
+    write_limit,
+)
 from daemon.config import Config, parse_config
 from daemon.core import Core
 from daemon.dispatch import dispatch

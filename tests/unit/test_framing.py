@@ -1,4 +1,4 @@
-"""daemon/framing.py: the sans-IO socket protocol core. Parsing never raises."""
+"""daemon/transport/framing.py: the sans-IO socket protocol core. Parsing never raises."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from actors.errors import Refused
-from daemon.framing import (
+from daemon.transport.framing import (
     BadFrame,
     FrameTooLarge,
     LineFramer,

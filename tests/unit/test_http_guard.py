@@ -10,8 +10,8 @@ import pytest
 import trio
 
 from actors.errors import Refused
-from daemon.http_body import UnsupportedMediaType, body_format, read_body
-from daemon.http_guard import (
+from daemon.transport.http_body import UnsupportedMediaType, body_format, read_body
+from daemon.transport.http_guard import (
     CONTENT_SECURITY_POLICY,
     DRAIN_SECONDS,
     MAX_DRAIN,

@@ -331,7 +331,7 @@ async def test_a_provisioned_quota_is_read_only_and_a_bad_one_fails_closed(
         "(the namespace fails closed)",
     )
     async with running_core(tmp_path, config=config) as core:
-        from daemon.quotas import provision
+        from daemon.admission.quotas import provision
 
         await core.writer.write(provision(core))
         await trio.sleep(2.1)  # virtual time: autojump_clock
@@ -348,7 +348,7 @@ async def test_a_provisioned_quota_is_read_only_and_a_bad_one_fails_closed(
 async def test_a_table_removed_from_the_file_removes_its_document_even_a_bad_one(
     tmp_path, autojump_clock
 ):
-    from daemon.quotas import PROVISIONED, provision
+    from daemon.admission.quotas import PROVISIONED, provision
 
     with_tables = parse_config(
         {"quotas": {"default": {"max_pending": "lots"}, "billing": {"max_pending": 1}}}, "t.toml"

@@ -15,7 +15,8 @@ import trio.testing
 
 from actors.ids import IdMint
 from actors.quota import Quota
-from daemon import quotas, retention
+from daemon import retention
+from daemon.admission import quotas
 from daemon.config import Config, DaemonConfig, RetentionConfig
 from daemon.store import jobs as sql
 from daemon.store import queues as queue_sql

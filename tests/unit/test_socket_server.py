@@ -12,7 +12,7 @@ import pytest
 import trio
 from prometheus_client import CollectorRegistry
 
-from daemon.socket_server import BACKOFF_S, SocketServer
+from daemon.transport.socket_server import BACKOFF_S, SocketServer
 
 
 class Listener:

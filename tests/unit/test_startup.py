@@ -14,7 +14,6 @@ import trio
 
 from daemon.main import OncePerEpisode
 from daemon.pid_lock import PidLock, read_pid
-from daemon.socket_server import SocketFile, bind_unix_socket
 from daemon.startup import (
     MIN_RESERVE_FDS,
     StartupError,
@@ -22,6 +21,7 @@ from daemon.startup import (
     raise_file_limit,
     reserve_fds,
 )
+from daemon.transport.socket_server import SocketFile, bind_unix_socket
 
 
 @pytest.mark.parametrize(

@@ -13,11 +13,11 @@ import trio.testing
 
 from actors.errors import Refused
 from actors.usage import StorageBlock, crossed, month_of
+from daemon.admission.usage import Meter
 from daemon.config import Config, DaemonConfig
 from daemon.core import Core
 from daemon.store import usage as store
 from daemon.store.database import GroupCommit, open_database
-from daemon.usage import Meter
 from tests.unit.harness import call, running_core
 
 MIN = 60_000

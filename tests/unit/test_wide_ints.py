@@ -1,4 +1,4 @@
-"""daemon/wide_ints.py: integers beyond 64 bits are found and named, never read as floats."""
+"""daemon/transport/wide_ints.py: integers beyond 64 bits are named, never read as floats."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from daemon.wide_ints import INT_MAX, INT_MIN, WideInt, find_wide_int
+from daemon.transport.wide_ints import INT_MAX, INT_MIN, WideInt, find_wide_int
 
 
 @pytest.mark.parametrize(

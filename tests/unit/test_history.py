@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from daemon.board import history
-from daemon.board.history import MINUTE_MS, History
+from actors import history
+from actors.history import MINUTE_MS, History
 
 
 class _Pool:

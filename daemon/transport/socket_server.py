@@ -1,4 +1,4 @@
-"""The unix-socket listener: accepts connections (:mod:`daemon.connection`),
+"""The unix-socket listener: accepts connections (:mod:`daemon.transport.connection`),
 flushes their answers after each commit, and drains them on SIGTERM; plus
 binding the socket file safely, or taking it from systemd.
 
@@ -27,9 +27,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from actors.errors import Refused
-from daemon.connection import Connection
-from daemon.framing import encode_error
 from daemon.startup import StartupError, reason
+from daemon.transport.connection import Connection
+from daemon.transport.framing import encode_error
 
 if TYPE_CHECKING:
     from daemon.core import Core

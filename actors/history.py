@@ -1,5 +1,9 @@
 """Bounded in-memory history for the board's pictures.
 
+The core records it where claims commit and the board draws it
+(:mod:`daemon.board.charts`); it lives here, among the pure models, so the
+core never imports the board.
+
 Two series, both kept only in memory (a restart starts them afresh):
 
 - claims per minute per queue, counted where claims commit

@@ -1,6 +1,6 @@
-"""Serving :class:`daemon.http_app.HttpApp` with hypercorn's Trio worker.
+"""Serving :class:`daemon.transport.http_app.HttpApp` with hypercorn's Trio worker.
 
-The app is wrapped in :class:`daemon.http_guard.HttpGuard` (security headers,
+The app is wrapped in :class:`daemon.transport.http_guard.HttpGuard` (security headers,
 cross-site refusal, lingering close), so everything mounted inside it, the
 board included, is served the same way.
 
@@ -32,9 +32,9 @@ from hypercorn.config import Sockets
 from hypercorn.trio.run import worker_serve
 from hypercorn.utils import wrap_app
 
-from daemon.http_app import HttpApp
-from daemon.http_guard import HttpGuard
 from daemon.startup import StartupError, reason
+from daemon.transport.http_app import HttpApp
+from daemon.transport.http_guard import HttpGuard
 
 if TYPE_CHECKING:
     from daemon.config import DaemonConfig

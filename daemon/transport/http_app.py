@@ -6,10 +6,10 @@ the REST faces ``POST /jobs``, ``GET /jobs/{id}``, ``GET /jobs``, and
 and queue admission policies (``GET /api/v1/admission``, ``GET|PUT|DELETE
 /api/v1/admission/{queue}``, PUT bodies at most 16 KiB), and ``GET
 /openapi.json`` (:mod:`daemon.openapi`). Bodies and answers are JSON or
-msgpack by ``Content-Type``/``Accept`` (:mod:`daemon.http_body`). A refusal
+msgpack by ``Content-Type``/``Accept`` (:mod:`daemon.transport.http_body`). A refusal
 answers its status with ``{"error": message, "code": code, ...details}`` and,
 for a 429, a ``Retry-After`` header. The server wraps this app in
-:class:`daemon.http_guard.HttpGuard` (security headers, cross-site refusal).
+:class:`daemon.transport.http_guard.HttpGuard` (security headers, cross-site refusal).
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from actors.errors import Refused, internal_error, invalid
 from daemon.board.app import board_app
 from daemon.dispatch import dispatch
-from daemon.http_body import JSON, MSGPACK, UnsupportedMediaType, read_body
 from daemon.openapi import openapi_document
 from daemon.session import Session
+from daemon.transport.http_body import JSON, MSGPACK, UnsupportedMediaType, read_body
 
 if TYPE_CHECKING:
     from daemon.core import Core

@@ -12,9 +12,9 @@
   without reading the body; a chunked body is counted as it streams and cut
   the moment it passes the cap. Either way the body is never held whole: what
   is left unread is drained and dropped after the answer by
-  :class:`daemon.http_guard.HttpGuard`, so the client still reads its 413.
+  :class:`daemon.transport.http_guard.HttpGuard`, so the client still reads its 413.
 - **Integers** beyond 64 bits in a JSON body are refused ``invalid_argument``
-  naming their path (:mod:`daemon.wide_ints`), never read as floats; msgpack
+  naming their path (:mod:`daemon.transport.wide_ints`), never read as floats; msgpack
   cannot carry them at all.
 """
 
@@ -27,7 +27,7 @@ import msgpack
 import orjson
 
 from actors.errors import Refused
-from daemon.wide_ints import find_wide_int
+from daemon.transport.wide_ints import find_wide_int
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Format = Literal["json", "msgpack"]

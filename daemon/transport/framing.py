@@ -6,7 +6,7 @@ Parsing never raises: orjson refuses nesting deeper than 1024 levels with a
 decode error, and anything else odd becomes ``bad_frame`` too. A frame holding
 an integer beyond 64 bits (which orjson would read as a float) is a
 :class:`Request` carrying its ``invalid_argument`` refusal in ``refused``
-(:mod:`daemon.wide_ints`): it is answered with its id and never run.
+(:mod:`daemon.transport.wide_ints`): it is answered with its id and never run.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import attrs
 import orjson
 
 from actors.errors import Refused
-from daemon.wide_ints import find_wide_int
+from daemon.transport.wide_ints import find_wide_int
 
 
 @attrs.frozen

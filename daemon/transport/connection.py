@@ -1,5 +1,5 @@
 """One client connection of the unix socket: a thin Trio shell around
-:mod:`daemon.framing`.
+:mod:`daemon.transport.framing`.
 
 A connection has one reader task and one writer task, and no task per request:
 the reader plans each request at once (:func:`daemon.dispatch.prepare`) and
@@ -32,7 +32,7 @@ import trio
 
 from actors.errors import Refused, internal_error
 from daemon.dispatch import answer, prepare
-from daemon.framing import (
+from daemon.transport.framing import (
     BadFrame,
     FrameTooLarge,
     LineFramer,
@@ -167,7 +167,7 @@ class Connection:
         if self.in_flight >= MAX_IN_FLIGHT:
             self.room = trio.Event()
         try:
-            if request.refused is not None:  # refused by the framer (daemon.wide_ints)
+            if request.refused is not None:  # refused by the framer (daemon.transport.wide_ints)
                 raise request.refused
             plan = prepare(
                 self.core,
