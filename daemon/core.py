@@ -28,7 +28,7 @@ from actors.watcher import SettingsWatcher
 from daemon import __version__, retention
 from daemon.admission import quotas, usage
 from daemon.admission.admin_limit import AdminWriteLimiter
-from daemon.admission.budget_gate import BudgetDispatch
+from daemon.admission.budget_gate import BudgetGate
 from daemon.admission.door import Door
 from daemon.admission.policies import Policies
 from daemon.config import Config
@@ -80,7 +80,7 @@ class Core:
         #: big payloads, or past the cap, are simply looked up in the store.
         self.running: dict[str, sql.Row] = {}
         self.budgets: dict[QueueKey, Budget] = {}  # by (namespace, key)
-        self.dispatch = BudgetDispatch(self)
+        self.budget_gate = BudgetGate(self)
         self.namespaces = Namespaces()
         self.door = Door(self)
         self.admin_writes = AdminWriteLimiter(self)
@@ -99,7 +99,7 @@ class Core:
         self.counts.load(sql.state_counts(self.conn))
         self.known_queues = {(ns, q) for ns, q, _c, _d in queue_sql.all_queues(self.conn)}
         self.budgets = {(r[0], r[1]): budget_sql.load(r) for r in budget_sql.all_budgets(self.conn)}
-        self.dispatch.recover()
+        self.budget_gate.recover()
         self.policies.load()
         quotas.reload(self)
         self.metrics.bind(self)
@@ -110,7 +110,7 @@ class Core:
             await nursery.start(self.writer.run)
             await nursery.start(self.reaper.run)
             await nursery.start(self.delay_timer.run)
-            await nursery.start(self.dispatch.waker.run)
+            await nursery.start(self.budget_gate.waker.run)
             await nursery.start(self.watcher.run)
             await nursery.start(self.retention.run)
             await nursery.start(self.periodic.run)
@@ -169,7 +169,7 @@ class Core:
         """A pending job's derived ``admission``: budgets first, then its namespace's
         hold (``max_running`` reached, or a quota that cannot be read)."""
         now = self.clock.now_ms() if now_ms is None else now_ms
-        held = self.dispatch.admission(row, now) if row[sql.BUDGETS] is not None else None
+        held = self.budget_gate.admission(row, now) if row[sql.BUDGETS] is not None else None
         if held is not None and held["state"] == "deferred":
             return held
         namespace = row[sql.NAMESPACE]
@@ -209,7 +209,7 @@ class Core:
 
     def claimable(self, key: QueueKey) -> int:
         """Pending jobs of ``key`` that a claim may take (not parked)."""
-        return self.counts.get(key, lc.PENDING) - self.dispatch.parked_in(key)
+        return self.counts.get(key, lc.PENDING) - self.budget_gate.parked_in(key)
 
     def _ring(self, key: QueueKey, n: int) -> None:
         """``n`` jobs of ``key`` became claimable; counts already include them.
@@ -269,7 +269,7 @@ class Core:
         target = after[sql.STATE]
         ready_at, expires = after[sql.READY_AT], after[sql.LEASE_EXPIRES_AT]
         if after[sql.BUDGETS] is not None:
-            self.dispatch.moved(tx, source, after)
+            self.budget_gate.moved(tx, source, after)
 
         def effect() -> None:
             if source == lc.RUNNING:
@@ -298,7 +298,7 @@ class Core:
         per_key: dict[tuple[QueueKey, str], int] = {}
         for after in afters:
             if after[sql.BUDGETS] is not None:
-                self.dispatch.moved(tx, lc.RUNNING, after)
+                self.budget_gate.moved(tx, lc.RUNNING, after)
             slot = ((after[sql.NAMESPACE], after[sql.QUEUE]), after[sql.STATE])
             per_key[slot] = per_key.get(slot, 0) + 1
         ids = [after[sql.ID] for after in afters]

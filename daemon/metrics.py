@@ -279,7 +279,7 @@ class _Gauges(Collector):
             if status.reason is not None:
                 slot = (label, status.reason)
                 held[slot] = held.get(slot, 0) + core.counts.get(key, "pending")
-        for (_ns, queue), per_budget in core.dispatch.parked_by_queue.items():
+        for (_ns, queue), per_budget in core.budget_gate.parked_by_queue.items():
             slot = (self._label(queue), "budget_exhausted")
             held[slot] = held.get(slot, 0) + sum(per_budget.values())
         for (label, name), n in sorted(statuses.items()):

@@ -1,4 +1,4 @@
-"""Budget dispatch: the claim gate, parking, and releasing parked jobs.
+"""The budget gate: the claim gate, parking, and releasing parked jobs.
 
 A job bound to budgets is claimed only if every one of them can debit its
 cost now; the debits are made in memory inside the claim's transaction (undone
@@ -62,7 +62,7 @@ def cost_for(text: str | None, key: str) -> int:
     return next((cost for k, cost in bindings(text) if k == key), 1)
 
 
-class BudgetDispatch:
+class BudgetGate:
     """The budgets' side of enqueue, claim and finishing, for one daemon."""
 
     def __init__(self, core: Core) -> None:
@@ -476,11 +476,11 @@ def _save_pool(tx: Tx, budget: Budget) -> None:
 class _Release:
     """The budgets' waker's view: when the next release is due, and doing it."""
 
-    def __init__(self, dispatch: BudgetDispatch) -> None:
-        self._dispatch = dispatch
+    def __init__(self, gate: BudgetGate) -> None:
+        self._gate = gate
 
     def earliest(self) -> int | None:
-        return self._dispatch.earliest()
+        return self._gate.earliest()
 
     async def run_due(self, now_ms: int) -> None:
-        await self._dispatch._core.writer.write(self._dispatch.release_due)
+        await self._gate._core.writer.write(self._gate.release_due)

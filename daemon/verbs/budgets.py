@@ -152,7 +152,7 @@ def _update(
         budget.pool.restore(raw)
 
     tx.undo(undo)
-    tx.after(lambda: core.dispatch.settings_changed(budget))
+    tx.after(lambda: core.budget_gate.settings_changed(budget))
     return _store(tx, actor, budget, "update", before)
 
 

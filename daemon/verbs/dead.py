@@ -104,7 +104,7 @@ def dead_replay(core: Core, call: Call, a: DeadReplayArgs) -> Plan:
                                 "shed": False})  # fmt: skip
                 continue
             if row[sql.BUDGETS] is not None:
-                core.dispatch.check_payable(row)
+                core.budget_gate.check_payable(row)
             lc.check("replay", lc.DEAD, lc.PENDING)
             after = sql.replay(tx.conn, row, tx.now_ms)
             core.moved(tx, row, after)

@@ -156,7 +156,7 @@ def _enqueue_one(
             if a.debounce_ms is not None and live[sql.STATE] in (lc.SCHEDULED, lc.PENDING):
                 lc.check("fold", live[sql.STATE], lc.SCHEDULED)
                 if live[sql.PARKED_ON] is not None:
-                    core.dispatch.unparked_by_fold(tx, live)
+                    core.budget_gate.unparked_by_fold(tx, live)
                 folded = sql.fold(tx.conn, live, payload, now + a.debounce_ms, now)
                 core.moved(tx, live, folded)
                 return _result(folded, a.payload, duplicate=False, folded=True)
@@ -177,7 +177,8 @@ def _enqueue_one(
     if a.budgets:
         resolved = resolve_bindings(core, tx, call.actor, namespace, a.budgets)
         bound = sql.dumps([{"key": b.key, "cost": cost} for b, cost in resolved])
-        parked_on = core.dispatch.bind_new(tx, (namespace, a.queue), resolved, state == lc.PENDING)
+        gate = core.budget_gate
+        parked_on = gate.bind_new(tx, (namespace, a.queue), resolved, state == lc.PENDING)
     row = (
         core.ids.mint(now), namespace, a.queue, a.type, payload, a.priority, state, 0,
         a.max_attempts, a.lease_ms or core.config.daemon.lease, ready_at, now, now, None, None,
@@ -194,7 +195,7 @@ def _result(row: sql.Row, payload: Any, *, duplicate: bool, folded: bool,
             core: Core | None = None, now: int = 0) -> dict[str, Any]:  # fmt: skip
     job = sql.to_wire(row, payload)
     if core is not None and row[sql.BUDGETS] is not None:
-        job["admission"] = core.dispatch.admission(row, now)
+        job["admission"] = core.budget_gate.admission(row, now)
     return {"job": job, "duplicate": duplicate, "folded": folded, "shed": False}
 
 

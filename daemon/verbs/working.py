@@ -117,7 +117,8 @@ def _claimed(
     for row in rows:
         admission = headrooms.get(row[sql.QUEUE]) if headrooms else None
         if row[sql.BUDGETS] is not None:
-            admission = {**(admission or {}), **(core.dispatch.claimed_admission(row, now) or {})}
+            held = core.budget_gate.claimed_admission(row, now)
+            admission = {**(admission or {}), **(held or {})}
         jobs.append({"job": sql.to_wire(row), "admission": admission})
     return {"jobs": jobs, "empty": False}
 
@@ -136,7 +137,7 @@ def _empty(core: Core, namespace: str, queues: list[str]) -> dict[str, Any]:
     deferred += core.policies.deferred(namespace, [q for q in queues if q not in listed])
     listed = {d["queue"] for d in deferred}
     rest = [q for q in queues if q not in listed]
-    deferred += core.dispatch.deferred(namespace, rest, core.clock.now_ms())
+    deferred += core.budget_gate.deferred(namespace, rest, core.clock.now_ms())
     return {**EMPTY, "deferred": deferred} if deferred else EMPTY
 
 
@@ -187,14 +188,14 @@ def claim_next(core: Core, call: Call, a: ClaimNextArgs) -> Plan:
                     core.policies.refused((namespace, queue))
             if room and open_queues:
                 lease, ttl = _new_lease(), a.lease_ms
-                rows = core.dispatch.claim(tx, namespace, open_queues, room, lease, ttl, caps)
+                rows = core.budget_gate.claim(tx, namespace, open_queues, room, lease, ttl, caps)
                 quotas.claimed(core, tx, namespace, len(rows))
             core.claimed(tx, rows)
             if caps and rows:  # after the counts' effect: the status check reads them
                 headrooms.update(core.policies.claimed(tx, rows))
             if not rows and may_wait:
                 tx.after(lambda: waiting.append(core.router.register(keys)))
-                if core.dispatch.parks_left <= 0:
+                if core.budget_gate.parks_left <= 0:
                     # Parking stopped at its limit: more may be claimable; look again.
                     tx.after(lambda: [core.router.ring(k, 1, pending=1, edge=False) for k in keys])
             return rows
@@ -306,8 +307,8 @@ def claim(core: Core, call: Call, a: ClaimArgs) -> Plan:
             core.metrics.admission_refused(row[sql.QUEUE], held.get("reason") or "")
             raise deferred_refusal(a.job_id, row[sql.QUEUE], held)
         if row[sql.BUDGETS] is not None:
-            held = core.dispatch.admission(row, tx.now_ms)
-            if row[sql.PARKED_ON] is not None or core.dispatch.debit(tx, row) is not None:
+            held = core.budget_gate.admission(row, tx.now_ms)
+            if row[sql.PARKED_ON] is not None or core.budget_gate.debit(tx, row) is not None:
                 raise deferred_refusal(a.job_id, row[sql.QUEUE], held or {})
         lc.check("claim", lc.PENDING, lc.RUNNING)
         claimed = sql.mark_running(tx.conn, [row], _new_lease(), a.lease_ms, tx.now_ms)

@@ -1,4 +1,4 @@
-"""Budget dispatch against a real daemon: both budgets must pay, parked jobs hold
+"""The budget gate against a real daemon: both budgets must pay, parked jobs hold
 nothing back, and ``kill -9`` cannot over-spend a budget."""
 
 from __future__ import annotations

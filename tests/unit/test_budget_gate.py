@@ -1,4 +1,4 @@
-"""Budget dispatch in a real Core on MockClock: the claim gate, parking, release.
+"""The budget gate in a real Core on MockClock: the claim gate, parking, release.
 
 Seed 003's scenarios run through the verbs (enqueue, claim_next, complete) on
 virtual time, so a minute of drip takes milliseconds and every instant is exact.
@@ -365,7 +365,7 @@ async def test_folding_a_parked_job_unparks_it(tmp_path, autojump_clock):
         folded = await call(core, "enqueue", **job, debounce_ms=1000)
         assert folded["folded"] is True and folded["job"]["status"] == "scheduled"
         assert state(core, "one")["parked"] == 0
-        assert core.dispatch.parked_in(("default", "q")) == 0
+        assert core.budget_gate.parked_in(("default", "q")) == 0
         await trio.sleep(1.01)  # virtual time: autojump_clock
         assert await claim(core) == []  # due again, and parked again: the slot is taken
         assert state(core, "one")["parked"] == 1
