@@ -26,6 +26,7 @@ from actors.quota import Quota, parse_quota
 from daemon.admission.admin_limit import BURST as ADMIN_WRITE_BURST
 from daemon.admission.admin_limit import RATE as ADMIN_WRITE_RATE
 from daemon.admission.admin_limit import parse_write_rate
+from daemon.config_file import DEFAULT_PATH, DEFAULT_STATE_DIR, ENV_CONFIG, ConfigError, socket_path
 from daemon.durations import format_duration_ms, parse_duration_ms
 from daemon.strict import strict_converter
 from daemon.validation import FieldError, at_least, describe
@@ -34,18 +35,6 @@ GRANTS = frozenset(
     {"produce", "consume", "manage", "set_admission_policy", "clear_admission_policy", "operator"}
 )
 NAME_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
-DEFAULT_PATH = Path("sluicegate.toml")
-ENV_CONFIG = "SLUICEGATE_CONFIG"
-
-
-class ConfigError(Exception):
-    """A config file that cannot be used; ``problems`` lists ``path: message`` lines."""
-
-    def __init__(self, source: str, problems: list[str]) -> None:
-        self.source = source
-        self.problems = problems
-        super().__init__("\n".join(f"{source}: {p}" for p in problems))
-
 
 Duration = int  # milliseconds; the TOML may say "30s"
 
@@ -72,7 +61,7 @@ def _at_least_or_none(minimum: int):
 class DaemonConfig:
     """``[daemon]``: where state lives, the listeners and the store."""
 
-    state_dir: str = "./sluicegate-data"
+    state_dir: str = DEFAULT_STATE_DIR
     database: str = ""
     socket: str = ""
     http: str = "127.0.0.1:7890"
@@ -117,7 +106,7 @@ class DaemonConfig:
         return Path(self.database) if self.database else self.state_path() / "sluicegate.db"
 
     def socket_path(self) -> Path:
-        return Path(self.socket) if self.socket else self.state_path() / "sluicegate.sock"
+        return socket_path(self.state_dir, self.socket)
 
 
 @attrs.frozen

@@ -12,7 +12,7 @@ from typing import Any
 
 from daemon.cli.context import Context
 from daemon.cli.output import emit_json
-from daemon.config import ConfigError, load_config
+from daemon.config_file import ConfigError
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -33,6 +33,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def run(ctx: Context, args: argparse.Namespace) -> int:
     """Load the file the way the daemon does; report what it finds."""
+    # The daemon's own parser, imported here so other commands never load it.
+    from daemon.config import load_config
+
     try:
         config = load_config(args.path or ctx.config)
     except ConfigError as exc:

@@ -32,7 +32,7 @@ from daemon.cli import (
     work,
 )
 from daemon.cli.context import CannotConnect, Context, UsageError, global_options
-from daemon.config import ConfigError
+from daemon.config_file import ConfigError
 from daemon.sdk.errors import SluicegateError
 
 #: Command modules, in the order ``sluice --help`` lists them.

@@ -31,11 +31,11 @@ from pathlib import Path
 
 import attrs
 
-from daemon.config import DEFAULT_PATH, ENV_CONFIG, ConfigError, DaemonConfig
+from daemon.config_file import DEFAULT_PATH, ENV_CONFIG, ConfigError, socket_path
 
 ENV_SOCKET = "SLUICEGATE_SOCKET"
 ENV_TOKEN = "SLUICEGATE_TOKEN"
-DEFAULT_SOCKET = DaemonConfig().socket_path()
+DEFAULT_SOCKET = socket_path()
 #: Where the systemd socket unit (systemd/sluicegate.socket) listens.
 SYSTEMD_SOCKET = Path("/run/sluicegate/sluicegate.sock")
 
@@ -77,7 +77,7 @@ def socket_from_config(path: str | os.PathLike[str]) -> Path:
             if not isinstance(table[key], str):
                 raise ConfigError(source, [f"daemon.{key}: expected a string"])
             values[key] = table[key]
-    return DaemonConfig(**values).socket_path()
+    return socket_path(**values)
 
 
 def socket_candidates(
