@@ -33,7 +33,6 @@ from daemon.admission.door import Door
 from daemon.admission.policies import Policies
 from daemon.config import Config
 from daemon.metrics import Metrics
-from daemon.periodic import PeriodicScheduler
 from daemon.session import Authenticator
 from daemon.store import budgets as budget_sql
 from daemon.store import jobs as sql
@@ -87,7 +86,6 @@ class Core:
         self.policies = Policies(self)
         self.watcher = SettingsWatcher(lambda: quotas.reload(self))
         self.retention = retention.leader(self)
-        self.periodic = PeriodicScheduler(self, config.periodic)
         self.usage = usage.Rollup(self)
         self.rollup = self.usage.ticker()
         self.recover()
@@ -113,7 +111,6 @@ class Core:
             await nursery.start(self.budget_gate.waker.run)
             await nursery.start(self.watcher.run)
             await nursery.start(self.retention.run)
-            await nursery.start(self.periodic.run)
             await nursery.start(self.policies.reopener.run)
             await nursery.start(self.rollup.run)
             task_status.started()
@@ -131,7 +128,6 @@ class Core:
         self.config = config
         self.auth = Authenticator(config)
         self.problems = []
-        self.periodic.replace(config.periodic)
 
     def health_problems(self) -> list[str]:
         """What ``/healthz`` reports as degraded (a broken config reload, a namespace

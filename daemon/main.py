@@ -26,6 +26,7 @@ import sqlite3
 import sys
 import time
 import zoneinfo
+from collections.abc import Iterable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -37,9 +38,10 @@ from actors.clock import Clock
 from actors.errors import Refused
 from daemon import systemd
 from daemon.admission import quotas
-from daemon.config import Config, ConfigError, DaemonConfig, load_config
+from daemon.config import Config, ConfigError, DaemonConfig, PeriodicConfig, load_config
 from daemon.config_watch import ConfigFileWatch
 from daemon.core import Core
+from daemon.periodic import PeriodicScheduler
 from daemon.pid_lock import PidLock
 from daemon.reload import decide
 from daemon.startup import StartupError, connection_cap, raise_file_limit, reason
@@ -49,6 +51,7 @@ from daemon.store.health import StoreUnavailable
 from daemon.transport.http_server import bind_http, close_sockets, serve_http
 from daemon.transport.socket_server import SocketServer, bind_unix_socket, listener_from_fd
 from daemon.verbs.budgets import provision
+from daemon.verbs.periodic import fire_enqueue
 
 log = logging.getLogger("sluicegate")
 
@@ -64,6 +67,7 @@ class Daemon:
         self.config_file = ConfigFileWatch(None if config.source == "<defaults>" else config.source)
         self._reloading = trio.Lock()  # one reload and its provisioning at a time
         self.core: Core | None = None
+        self.periodic: PeriodicScheduler | None = None
         self.socket_server: SocketServer | None = None
         self.http_addresses: list[str] = []
         self._stop = trio.Event()
@@ -111,10 +115,12 @@ class Daemon:
         task_status: trio.TaskStatus[Any],
     ) -> None:
         core = self.core = Core(self.config, db, clock)
+        periodic = self.periodic = periodic_scheduler(core, self.config.periodic)
         async with trio.open_nursery() as root:
             # Handlers first: a SIGHUP right after READY=1 must reload, not kill.
             await root.start(self._signals)
             await root.start(core.run)
+            await root.start(periodic.run)
             checkpointer = Checkpointer(cfg.database_path(), health=core.writer.health)
             core.writer.after_commit.append(checkpointer.committed)
             await root.start(checkpointer.run)
@@ -257,6 +263,8 @@ class Daemon:
         self.config = decision.config
         if self.core is not None:
             self.core.reload(decision.config)
+        if self.periodic is not None:
+            self.periodic.replace(decision.config.periodic)
         return True
 
     def _refuse(self, reasons: list[str], what: str) -> None:
@@ -332,6 +340,17 @@ def _remove_if_failed(state: Path, exc_type: type[BaseException] | None, *_: Any
             (state / name).unlink()
     with contextlib.suppress(OSError):
         state.rmdir()  # refused unless empty
+
+
+def periodic_scheduler(core: Core, entries: Iterable[PeriodicConfig]) -> PeriodicScheduler:
+    """The config's periodic entries, fired through the verb layer's enqueue."""
+    return PeriodicScheduler(
+        entries,
+        clock=core.clock,
+        writer=core.writer,
+        enqueue=fire_enqueue(core),
+        fired=core.metrics.periodic_fired,
+    )
 
 
 def _claim(

@@ -4,10 +4,14 @@
 :class:`~actors.periodic.PeriodicActor` and fires what it says is due. A fire
 is one group-commit write that checks and records the slot in the settings
 store (key ``periodic:<len>:<namespace>:<name>``, ``<len>`` the namespace's
-byte length) and enqueues the job through
-:func:`~daemon.verbs.producing.enqueue_write`, in the same transaction: a slot
-fires at most once, across restarts and crashes too. The job's ``ready_at`` is
-its slot; the audit and logs name the actor ``periodic``.
+byte length) and enqueues the job in the same transaction: a slot fires at most
+once, across restarts and crashes too. The job's ``ready_at`` is its slot; the
+audit and logs name the actor ``periodic``.
+
+The scheduler is a producer like a client: it does not import the verb layer.
+The composition root (:mod:`daemon.main`) hands it an :data:`Enqueue`, the
+verb layer's :func:`daemon.verbs.periodic.fire_enqueue`, with the clock, the
+writer and the metrics call it uses.
 
 A fire the enqueue refuses (``queue_full``, ``rate_limited``,
 ``quota_unavailable``, ...) is logged, counted, and its slot recorded as
@@ -25,25 +29,23 @@ from __future__ import annotations
 import logging
 import sqlite3
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 import trio
 
+from actors.clock import Clock
 from actors.errors import Refused
 from actors.periodic import PeriodicActor
 from daemon.config import PeriodicConfig
-from daemon.session import Session
 from daemon.store import settings as settings_sql
-from daemon.store.database import Tx
-from daemon.verbs.producing import EnqueueArgs, enqueue_write
-from daemon.verbs.table import Call
-
-if TYPE_CHECKING:
-    from daemon.core import Core
+from daemon.store.database import GroupCommit, Tx
 
 log = logging.getLogger("sluicegate.periodic")
 ACTOR = "periodic"
+#: The write that enqueues an entry's job for a slot (inside the fire's
+#: transaction), returning enqueue's per-job results.
+Enqueue = Callable[[PeriodicConfig, int], Callable[[Tx], list[dict[str, Any]]]]
 
 
 def settings_key(entry: PeriodicConfig) -> str:
@@ -97,31 +99,19 @@ def describe(entry: PeriodicConfig, record: dict[str, Any] | None, now_ms: int) 
     }
 
 
-def _call(entry: PeriodicConfig) -> Call:
-    return Call(Session(namespace=entry.namespace, token_name=ACTOR), entry.namespace)
-
-
-def _job(entry: PeriodicConfig, slot_ms: int) -> EnqueueArgs:
-    options: dict[str, Any] = {
-        k: v
-        for k, v in (("priority", entry.priority), ("max_attempts", entry.max_attempts),
-                     ("lease_ms", entry.lease_ms))
-        if v is not None
-    }  # fmt: skip
-    return EnqueueArgs(entry.queue, entry.type, entry.payload, ready_at=slot_ms, **options)
-
-
-def fire_write(core: Core, entry: PeriodicConfig, slot_ms: int) -> Callable[[Tx], dict[str, Any]]:
+def fire_write(
+    enqueue: Enqueue, entry: PeriodicConfig, slot_ms: int
+) -> Callable[[Tx], dict[str, Any]]:
     """The write that fires ``entry`` for ``slot_ms``: records the slot and enqueues,
     or does nothing when the slot is already handled (``duplicate``)."""
     key = settings_key(entry)
-    enqueue = enqueue_write(core, _call(entry), [_job(entry, slot_ms)])
+    enqueue_job = enqueue(entry, slot_ms)
 
     def write(tx: Tx) -> dict[str, Any]:
         record = stored(tx.conn, key)
         if record is not None and record["slot_at"] >= slot_ms:
             return {"result": "duplicate"}
-        result = enqueue(tx)[0]
+        result = enqueue_job(tx)[0]
         shed = bool(result["shed"])
         job_id = result["job"]["id"]
         _put(tx, key, {
@@ -174,12 +164,24 @@ def baseline_write(entries: dict[str, PeriodicConfig]) -> Callable[[Tx], dict[st
 class PeriodicScheduler:
     """Fires the config's periodic entries; :meth:`replace` takes new ones (SIGHUP)."""
 
-    def __init__(self, core: Core, entries: Iterable[PeriodicConfig]) -> None:
-        self._core = core
+    def __init__(
+        self,
+        entries: Iterable[PeriodicConfig],
+        *,
+        clock: Clock,
+        writer: GroupCommit,
+        enqueue: Enqueue,
+        fired: Callable[[str, str], None],
+    ) -> None:
+        """``fired(name, result)`` counts each fire (the metrics)."""
+        self._clock = clock
+        self._writer = writer
+        self._enqueue = enqueue
+        self._fired = fired
         self._entries: dict[str, PeriodicConfig] = {}
         self._wanted = tuple(entries)
         self._changed = trio.Event()
-        self.actor = PeriodicActor(core.clock, self.fire)
+        self.actor = PeriodicActor(clock, self.fire)
 
     def replace(self, entries: Iterable[PeriodicConfig]) -> None:
         """Take a reloaded config's entries (applied by :meth:`run` at once)."""
@@ -206,10 +208,10 @@ class PeriodicScheduler:
         if not entries and not self._entries:
             return  # nothing to plan: no write either
         try:
-            handled = await self._core.writer.write(baseline_write(entries))
+            handled = await self._writer.write(baseline_write(entries))
         except Refused as exc:
             log.error("periodic: cannot record baselines (%s); starting from now", exc.message)
-            now = self._core.clock.now_ms()
+            now = self._clock.now_ms()
             handled = dict.fromkeys(entries, now)
         self._entries = entries
         self.actor.set_entries({k: (e.schedule, handled[k]) for k, e in entries.items()})
@@ -219,14 +221,13 @@ class PeriodicScheduler:
         entry = self._entries.get(key)
         if entry is None:
             return
-        core = self._core
         try:
-            outcome = await core.writer.write(fire_write(core, entry, slot_ms))
+            outcome = await self._writer.write(fire_write(self._enqueue, entry, slot_ms))
         except Refused as exc:
             await self._refused(entry, slot_ms, exc)
             return
         result = outcome["result"]
-        core.metrics.periodic_fired(entry.name, result)
+        self._fired(entry.name, result)
         log.log(
             logging.WARNING if result == "refused" else logging.INFO,
             "periodic name=%s namespace=%s queue=%s slot_at=%d result=%s%s",
@@ -236,7 +237,7 @@ class PeriodicScheduler:
         )  # fmt: skip
 
     async def _refused(self, entry: PeriodicConfig, slot_ms: int, exc: Refused) -> None:
-        self._core.metrics.periodic_fired(entry.name, "refused")
+        self._fired(entry.name, "refused")
         log.warning(
             "periodic name=%s namespace=%s queue=%s slot_at=%d result=refused code=%s: %s",
             entry.name, entry.namespace, entry.queue, slot_ms, exc.code, exc.message,
@@ -244,7 +245,7 @@ class PeriodicScheduler:
         if exc.code == "shutting_down":
             return  # left unrecorded: the next start fires it (once)
         try:
-            await self._core.writer.write(refused_write(entry, slot_ms, exc.code))
+            await self._writer.write(refused_write(entry, slot_ms, exc.code))
         except Refused as again:
             log.error("periodic name=%s: cannot record the refused slot: %s", entry.name,
                       again.message)  # fmt: skip

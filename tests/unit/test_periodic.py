@@ -17,9 +17,11 @@ from actors.clock import Clock
 from actors.periodic import Cron, Every, ScheduleError, parse_schedule, zone
 from daemon.config import Config, ConfigError, parse_config
 from daemon.core import Core
+from daemon.main import periodic_scheduler
 from daemon.periodic import PeriodicScheduler, fire_write, settings_key
 from daemon.store import settings as settings_sql
 from daemon.store.database import open_database
+from daemon.verbs.periodic import fire_enqueue
 from tests.unit.harness import WALL0, call
 
 LA = "America/Los_Angeles"
@@ -49,13 +51,11 @@ async def daemon(
     db = open_database(tmp_path / "db.sqlite")
     try:
         core = Core(cfg, db, Clock(wall_start_ms=wall_start_ms))
-        # Once Core runs a scheduler of its own (core.periodic), use that one.
-        wired = getattr(core, "periodic", None)
-        scheduler = wired or PeriodicScheduler(core, cfg.periodic)
+        # Wired as the composition root wires it (daemon.main), started after the core.
+        scheduler = periodic_scheduler(core, cfg.periodic)
         async with trio.open_nursery() as nursery:
             await nursery.start(core.run if timers else core.writer.run)
-            if wired is None or not timers:
-                await nursery.start(scheduler.run)
+            await nursery.start(scheduler.run)
             try:
                 yield core, scheduler
             finally:
@@ -264,9 +264,8 @@ async def test_a_slot_fires_at_most_once_across_a_restart(tmp_path, autojump_clo
             assert scheduler.next_fire_at(cfg.periodic[0]) == slot + 5 * MIN
             # A fire of a slot already handled (a crash between commit and memory)
             # writes nothing and is counted as a duplicate.
-            assert await core.writer.write(fire_write(core, cfg.periodic[0], slot)) == {
-                "result": "duplicate"
-            }
+            write = fire_write(fire_enqueue(core), cfg.periodic[0], slot)
+            assert await core.writer.write(write) == {"result": "duplicate"}
             await scheduler.fire(settings_key(cfg.periodic[0]), slot)
             assert fires(core, "tick", "duplicate") == 1
             assert [j["ready_at"] for j in jobs(core)] == [slot]
