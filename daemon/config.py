@@ -22,10 +22,7 @@ from actors.budget import BudgetSpec, Strategy
 from actors.errors import Refused
 from actors.periodic import Schedule, ScheduleError, parse_schedule
 from actors.policy import Policy, parse_policy
-from actors.quota import Quota, parse_quota
-from daemon.admission.admin_limit import BURST as ADMIN_WRITE_BURST
-from daemon.admission.admin_limit import RATE as ADMIN_WRITE_RATE
-from daemon.admission.admin_limit import parse_write_rate
+from actors.quota import Quota, Rate, parse_quota, parse_rate
 from daemon.config_file import DEFAULT_PATH, DEFAULT_STATE_DIR, ENV_CONFIG, ConfigError, socket_path
 from daemon.durations import format_duration_ms, parse_duration_ms
 from daemon.strict import strict_converter
@@ -36,7 +33,26 @@ GRANTS = frozenset(
 )
 NAME_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
+#: The defaults of ``[daemon] admin_write_rate`` and ``admin_write_burst``
+#: (:mod:`daemon.admission.admin_limit` enforces them).
+ADMIN_WRITE_RATE = "1/s"
+ADMIN_WRITE_BURST = 10
+UNLIMITED = "unlimited"
+
 Duration = int  # milliseconds; the TOML may say "30s"
+
+
+def parse_write_rate(value: object) -> Rate | None:
+    """``"20/s"`` -> :class:`Rate`, ``"unlimited"`` -> None; ``ValueError`` otherwise."""
+    if value == UNLIMITED:
+        return None
+    try:
+        return parse_rate(value)
+    except Refused:
+        raise ValueError(
+            f'must be "<count>/<unit>" with a count of at least 1 and unit s, m or h '
+            f'(e.g. "20/s"), or "unlimited"; got {value!r}'
+        ) from None
 
 
 def _check_write_rate(_inst: object, attr: attrs.Attribute, value: str | None) -> None:

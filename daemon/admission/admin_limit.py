@@ -11,7 +11,8 @@ The limit (:class:`WriteLimit`): ``[daemon] admin_write_rate`` (default
 ``"1/s"``) with ``admin_write_burst`` (default 10); a token may override both
 with ``write_rate`` (``"20/s"``, or ``"unlimited"``) and ``write_burst``
 (default: the rate's count, as ``enqueue_rate``'s bucket). Rates are
-``<count>/<unit>``, parsed by the quota's :func:`actors.quota.parse_rate`, and
+``<count>/<unit>``, parsed by :func:`daemon.config.parse_write_rate` (the
+quota's :func:`actors.quota.parse_rate`, or ``"unlimited"``), and
 a bucket is the same exact :class:`actors.budget.TokenPool` an
 ``enqueue_rate`` uses. A reload that changes a limit applies at the caller's
 next admin write: a new bucket starts full, an existing one keeps its tokens,
@@ -45,10 +46,10 @@ import attrs
 from actors.bucket import retry_after_s
 from actors.budget import TIME_BASED, BudgetSpec, Strategy, TokenPool
 from actors.errors import Refused
-from actors.quota import Rate, parse_rate
+from actors.quota import Rate
+from daemon.config import Config, parse_write_rate
 
 if TYPE_CHECKING:
-    from daemon.config import Config
     from daemon.core import Core
     from daemon.session import Session
 
@@ -64,27 +65,10 @@ ADMIN_WRITES = frozenset({
     "quota_set", "quota_clear",
     "queue_configure",
 })  # fmt: skip
-#: The defaults of ``[daemon] admin_write_rate`` and ``admin_write_burst``.
-RATE = "1/s"
-BURST = 10
-UNLIMITED = "unlimited"
 MESSAGE = "admin write rate limit exceeded"
 HINT = "set write_rate on the token or [daemon] admin_write_rate"
 #: Full buckets (the same as fresh ones) are dropped at most this often.
 SWEEP_EVERY_MS = 60_000
-
-
-def parse_write_rate(value: object) -> Rate | None:
-    """``"20/s"`` -> :class:`Rate`, ``"unlimited"`` -> None; ``ValueError`` otherwise."""
-    if value == UNLIMITED:
-        return None
-    try:
-        return parse_rate(value)
-    except Refused:
-        raise ValueError(
-            f'must be "<count>/<unit>" with a count of at least 1 and unit s, m or h '
-            f'(e.g. "20/s"), or "unlimited"; got {value!r}'
-        ) from None
 
 
 @attrs.frozen

@@ -9,14 +9,9 @@ import trio
 
 from actors.errors import Refused
 from actors.quota import Rate
-from daemon.admission.admin_limit import (
-    ADMIN_WRITES,
-    BURST,
-    WriteLimit,
-    parse_write_rate,
-    write_limit,
-)
-from daemon.config import Config, parse_config
+from daemon.admission.admin_limit import ADMIN_WRITES, WriteLimit, write_limit
+from daemon.config import ADMIN_WRITE_BURST as BURST
+from daemon.config import Config, parse_config, parse_write_rate
 from daemon.core import Core
 from daemon.dispatch import dispatch
 from daemon.session import ALL_GRANTS, Session
