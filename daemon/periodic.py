@@ -43,8 +43,8 @@ from daemon.store.database import GroupCommit, Tx
 
 log = logging.getLogger("sluicegate.periodic")
 ACTOR = "periodic"
-#: The write that enqueues an entry's job for a slot (inside the fire's
-#: transaction), returning enqueue's per-job results.
+#: Makes the write that enqueues an entry's job for a slot (run inside the
+#: fire's transaction; it returns enqueue's per-job results).
 Enqueue = Callable[[PeriodicConfig, int], Callable[[Tx], list[dict[str, Any]]]]
 
 
