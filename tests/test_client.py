@@ -8,10 +8,14 @@ never for time.
 
 from __future__ import annotations
 
+import itertools
 import json
+import logging
 import random
 import socket
 import threading
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +25,7 @@ import trio.testing
 from daemon.client import (
     Client,
     Conflict,
+    ConnectionLost,
     Forbidden,
     FrameTooLarge,
     InvalidArgument,
@@ -285,6 +290,291 @@ def test_sync_client_retries_through_its_sleep_function():
     thread.join()
     assert [r["id"] for r in requests] == [1, 2, 3]
     assert slept == pytest.approx([2 * twin.uniform(0.8, 1.2), 1.0 * twin.uniform(0.8, 1.2)])
+
+
+# -- reconnecting after the daemon closed an idle connection ---------------------
+
+HELLO = {"ok": True, "namespace": "n", "grants": ["produce"], "queues": ["*"], "protocol": 1}
+ENQUEUED = {"ok": True, "job": {"id": "j"}, "duplicate": False, "folded": False, "shed": False}
+
+
+class _ScriptedDaemon:
+    """A fake daemon on a unix socket path, served by a thread.
+
+    Its n-th connection reads one request per entry of ``script[n]`` and answers
+    it with that entry (None: no answer), then, if ``farewell`` has bytes for it,
+    waits for ``say_farewell[n]`` and sends them, and closes. ``seen[n]`` holds
+    the requests the n-th connection read; ``closed[n]`` is set once it closed.
+    Connections past the script wait in the listen backlog, where
+    :meth:`extra_connections` finds them.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        script: list[list[dict[str, Any] | None]],
+        farewell: dict[int, bytes] | None = None,
+    ) -> None:
+        self.path = path
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(str(path))
+        self.listener.listen()
+        self.listener.settimeout(10)
+        self.seen: list[list[dict[str, Any]]] = [[] for _ in script]
+        self.closed = [threading.Event() for _ in script]
+        self.say_farewell = [threading.Event() for _ in script]
+        self.thread = threading.Thread(target=self._serve, args=(script, farewell or {}))
+        self.thread.start()
+
+    def _serve(self, script: list[list[dict[str, Any] | None]], farewell: dict[int, bytes]) -> None:
+        for n, answers in enumerate(script):
+            conn, _ = self.listener.accept()
+            with conn, conn.makefile("rb") as lines:
+                for answer in answers:
+                    request = json.loads(lines.readline())
+                    self.seen[n].append(request)
+                    if answer is not None:
+                        conn.sendall(_frame(id=request["id"], **answer))
+                if n in farewell:
+                    self.say_farewell[n].wait(10)
+                    conn.sendall(farewell[n])
+            self.closed[n].set()
+
+    def extra_connections(self) -> int:
+        self.thread.join(10)
+        self.listener.setblocking(False)
+        count = 0
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except BlockingIOError:
+                return count
+            conn.close()
+            count += 1
+
+    def close(self) -> None:
+        self.thread.join(10)
+        self.listener.close()
+
+
+@pytest.fixture
+def scripted(tmp_path):
+    made: list[_ScriptedDaemon] = []
+
+    def make(script: list, farewell: dict[int, bytes] | None = None) -> _ScriptedDaemon:
+        fake = _ScriptedDaemon(tmp_path / f"fake{len(made)}.sock", script, farewell)
+        made.append(fake)
+        return fake
+
+    yield make
+    for fake in made:
+        fake.close()
+
+
+def _ops(requests: list[dict[str, Any]]) -> list[tuple[str, Any]]:
+    return [(r["op"], r.get("token", r.get("queue"))) for r in requests]
+
+
+def _reconnects(caplog: pytest.LogCaptureFixture) -> int:
+    return sum("reconnected to" in r.getMessage() for r in caplog.records)
+
+
+def test_sync_client_reconnects_after_an_idle_close_and_says_hello_again(scripted, caplog):
+    caplog.set_level(logging.DEBUG, logger="sluicegate.client")
+    fake = scripted([[HELLO, ENQUEUED], [HELLO, ENQUEUED]])
+    with Client(fake.path, token="t0k", client_name="producer") as client:
+        client.enqueue("q1", "t")
+        assert fake.closed[0].wait(10)  # closed while nothing was outstanding
+        assert client.enqueue("q2", "t")["job"] == {"id": "j"}
+        assert client.outstanding == 0
+    hello = {"op": "hello", "token": "t0k", "client": "producer"}
+    assert [{k: r[k] for k in hello} for r in (fake.seen[0][0], fake.seen[1][0])] == [hello] * 2
+    assert _ops(fake.seen[0]) == [("hello", "t0k"), ("enqueue", "q1")]
+    assert _ops(fake.seen[1]) == [("hello", "t0k"), ("enqueue", "q2")]
+    # Found closed before the enqueue was numbered: the new hello comes first.
+    assert [r["id"] for r in fake.seen[1]] == [3, 4]
+    assert _reconnects(caplog) == 1 and fake.extra_connections() == 0
+
+
+def test_sync_client_sends_again_a_request_whose_send_found_the_connection_closed(scripted):
+    # Unread bytes make the connection look open; the send then fails with EPIPE.
+    notice = _frame(event="notice")
+    fake = scripted([[HELLO, ENQUEUED], [HELLO, ENQUEUED]], farewell={0: notice})
+    with Client(fake.path, token="t0k") as client:
+        client.enqueue("q1", "t")
+        fake.say_farewell[0].set()  # after the answer was read: the notice stays unread
+        assert fake.closed[0].wait(10)
+        assert client.enqueue("q2", "t")["job"] == {"id": "j"}
+        assert client.outstanding == 0
+        assert list(client.events) == [{"event": "notice"}]  # read before reconnecting
+    assert _ops(fake.seen[0]) == [("hello", "t0k"), ("enqueue", "q1")]
+    # The very line whose send failed (id 3), sent once, after the new hello.
+    assert [(r["id"], r["op"]) for r in fake.seen[1]] == [(4, "hello"), (3, "enqueue")]
+
+
+def test_sync_client_never_sends_again_a_request_the_daemon_may_have_read(scripted):
+    fake = scripted([[None]])  # read, then closed without an answer
+    with Client(fake.path) as client:
+        with pytest.raises(ConnectionLost):
+            client.enqueue("q", "t")
+        assert client.outstanding == 1
+        with pytest.raises(ConnectionLost):  # and no reconnect later either
+            client.status()
+    assert _ops(fake.seen[0]) == [("enqueue", "q")]
+    assert fake.extra_connections() == 0
+
+
+def test_sync_client_does_not_reconnect_a_subscriber_or_a_given_socket(scripted):
+    fake = scripted([[{"ok": True}]])
+    with Client(fake.path) as client:
+        client.subscribe(["q"])
+        assert fake.closed[0].wait(10)
+        with pytest.raises(ConnectionLost):
+            client.status()
+    assert fake.extra_connections() == 0
+    ours, theirs = socket.socketpair()
+    theirs.close()
+    with Client(sock=ours) as client, pytest.raises(ConnectionLost):
+        client.status()
+
+
+def test_sync_client_that_cannot_reconnect_raises_and_tries_again_on_the_next_call(scripted):
+    first = scripted([[ENQUEUED]])
+    with Client(first.path) as client:
+        client.enqueue("q", "t")
+        first.close()
+        first.path.unlink()  # the daemon is gone
+        with pytest.raises(ConnectionLost, match="cannot reconnect"):
+            client.status()
+        back = _ScriptedDaemon(first.path, [[{"ok": True, "queues": []}]])
+        try:
+            assert client.status() == {"queues": []}
+        finally:
+            back.close()
+
+
+async def _trio_scripted(
+    path: Path,
+    script: list[list[dict[str, Any] | None]],
+    seen: list[list[dict[str, Any]]],
+    closed: list[trio.Event],
+    *,
+    task_status: trio.TaskStatus[trio.SocketListener] = trio.TASK_STATUS_IGNORED,
+    shut_first: dict[int, trio.Event] | None = None,
+) -> None:
+    """The Trio twin of :class:`_ScriptedDaemon`; connections past the script are
+    counted in ``seen`` as empty lists. With ``shut_first[n]``, the n-th
+    connection first stops reading (the client's sends then fail), sets that
+    event, and closes once every task is blocked."""
+    sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    await sock.bind(str(path))
+    sock.listen()
+    async with trio.SocketListener(sock) as listener:
+        task_status.started(listener)
+        for n in itertools.count():
+            stream = await listener.accept()
+            async with stream:
+                if n >= len(script):
+                    seen.append([])
+                    continue
+                buf = b""
+                for answer in script[n]:
+                    while b"\n" not in buf:
+                        buf += await stream.receive_some(65536)
+                    line, buf = buf.split(b"\n", 1)
+                    seen[n].append(json.loads(line))
+                    if answer is not None:
+                        await stream.send_all(_frame(id=seen[n][-1]["id"], **answer))
+                if shut_first and n in shut_first:
+                    stream.socket.shutdown(socket.SHUT_RD)
+                    shut_first[n].set()
+                    await trio.testing.wait_all_tasks_blocked()
+            closed[n].set()
+
+
+async def test_trio_client_reconnects_after_an_idle_close_and_says_hello_again(tmp_path, caplog):
+    caplog.set_level(logging.DEBUG, logger="sluicegate.client")
+    path = tmp_path / "fake.sock"
+    seen: list[list[dict[str, Any]]] = [[], []]
+    closed = [trio.Event(), trio.Event()]
+    script: list[list[dict[str, Any] | None]] = [[HELLO, ENQUEUED], [HELLO, ENQUEUED]]
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(_trio_scripted, path, script, seen, closed)
+            async with TrioClient.connect(path, token="t0k", client_name="producer") as client:
+                await client.enqueue("q1", "t")
+                await closed[0].wait()
+                await trio.testing.wait_all_tasks_blocked()  # the reader saw the EOF
+                assert (await client.enqueue("q2", "t"))["job"] == {"id": "j"}
+                assert client.outstanding == 0
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.cancel_scope.cancel()
+    assert [r["client"] for r in (seen[0][0], seen[1][0])] == ["producer", "producer"]
+    assert _ops(seen[0]) == [("hello", "t0k"), ("enqueue", "q1")]
+    assert _ops(seen[1]) == [("hello", "t0k"), ("enqueue", "q2")]
+    assert len(seen) == 2 and _reconnects(caplog) == 1
+
+
+async def test_trio_client_sends_again_a_call_whose_send_found_the_connection_closed(tmp_path):
+    path = tmp_path / "fake.sock"
+    seen: list[list[dict[str, Any]]] = [[], []]
+    closed = [trio.Event(), trio.Event()]
+    shut = trio.Event()
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(
+                partial(_trio_scripted, shut_first={0: shut}),
+                path,
+                [[ENQUEUED], [ENQUEUED]],
+                seen,
+                closed,
+            )
+            async with TrioClient.connect(path) as client:
+                await client.enqueue("q1", "t")
+                await shut.wait()  # the daemon no longer reads: the send fails
+                assert (await client.enqueue("q2", "t"))["job"] == {"id": "j"}
+                assert client.outstanding == 0
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.cancel_scope.cancel()
+    assert _ops(seen[0]) == [("enqueue", "q1")]
+    assert _ops(seen[1]) == [("enqueue", "q2")]
+    assert len(seen) == 2
+
+
+@pytest.mark.parametrize("case", ["in flight", "subscribed"])
+async def test_trio_client_does_not_reconnect_when_that_could_lose_or_repeat_anything(
+    tmp_path, case
+):
+    path = tmp_path / "fake.sock"
+    seen: list[list[dict[str, Any]]] = [[]]
+    closed = [trio.Event()]
+    script: list[list[dict[str, Any] | None]] = [[None] if case == "in flight" else [{"ok": True}]]
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(_trio_scripted, path, script, seen, closed)
+            async with TrioClient.connect(path) as client:
+                if case == "in flight":
+                    with pytest.raises(ConnectionLost):
+                        await client.enqueue("q", "t")  # read, then closed unanswered
+                else:
+                    await client.subscribe(["q"])
+                    await closed[0].wait()
+                    await trio.testing.wait_all_tasks_blocked()
+                with pytest.raises(ConnectionLost):
+                    await client.status()
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.cancel_scope.cancel()
+    assert len(seen) == 1  # no second connection
+
+
+async def test_trio_client_over_a_given_stream_does_not_reconnect():
+    client_stream, server_stream = trio.testing.memory_stream_pair()
+    with trio.fail_after(10):
+        async with TrioClient.over(client_stream) as client:
+            await server_stream.aclose()
+            await trio.testing.wait_all_tasks_blocked()
+            with pytest.raises(ConnectionLost):
+                await client.status()
 
 
 # -- against a real daemon -----------------------------------------------------

@@ -8,10 +8,25 @@ does. Server-push events (doorbells after ``subscribe``) go to ``on_event``,
 or into :attr:`Client.events` when there is no callback.
 
 A ``Client`` is not thread-safe: use one per thread.
+
+The daemon closes a connection that stays idle for ``[daemon] idle_timeout``
+(nothing in flight, no waiting claim, no subscription), without a word. A
+client opened from a socket path then connects again by itself: before it
+sends a request with nothing outstanding it peeks for the daemon's EOF
+(reading nothing), and a send that fails with a broken pipe while nothing
+else was outstanding is treated the same way (a failed send stops before the
+line's newline, so the daemon never read it). It reconnects to the same path,
+says ``hello`` again with the token and client name of the last successful
+``hello``, and sends the request: at most once per request. Nothing that may
+have reached the daemon is ever sent again: a connection lost with a request
+in flight raises :class:`ConnectionLost`, as does one opened over a caller's
+``sock``, one that subscribed (subscriptions die with their connection), or
+one the caller closed.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import socket as stdsocket
 import time
@@ -36,6 +51,7 @@ from daemon.sdk.protocol import (
 )
 from daemon.sdk.retry import RetryPolicy
 
+log = logging.getLogger("sluicegate.client")
 EventCallback = Callable[[dict[str, Any]], None]
 RECEIVE_BYTES = 65536
 #: Told of a refused attempt about to be retried: (error, attempt from 1, delay in s).
@@ -53,7 +69,7 @@ class Client:
     gets its ``wait_ms`` on top); None waits forever. ``sleep`` is how retries
     wait (tests pass a recorder); ``on_retry(error, attempt, delay)`` is told
     before each wait (the CLI prints it). ``sock`` is an already connected socket to
-    use instead of resolving and connecting one.
+    use instead of resolving and connecting one (such a client never reconnects).
     """
 
     def __init__(
@@ -82,15 +98,16 @@ class Client:
         self._answers: dict[int, Answer] = {}
         self._lost: SluicegateError | None = None
         self._fatal: SluicegateError | None = None
+        #: Requests registered with the protocol whose line never reached the daemon.
+        self._unsent = 0
+        self._closed = False
+        self._subscribed = False
+        #: The last successful ``hello``'s arguments, said again on a new connection.
+        self._hello_args: dict[str, Any] | None = None
+        self._needs_hello = False
         if sock is None:
             self.path = resolve_socket(socket, config)
-            sock = stdsocket.socket(stdsocket.AF_UNIX, stdsocket.SOCK_STREAM)
-            try:
-                sock.settimeout(timeout)
-                sock.connect(str(self.path))
-            except BaseException:
-                sock.close()
-                raise
+            sock = _open(self.path, timeout)
         self._sock = sock
         token = resolve_token(token)
         if token or client_name:
@@ -104,6 +121,7 @@ class Client:
 
     def close(self) -> None:
         """Close the connection (answers still owed are dropped)."""
+        self._closed = True
         self._sock.close()
         if self._lost is None:
             self._lost = ConnectionLost("the client closed the connection")
@@ -117,16 +135,32 @@ class Client:
     @property
     def outstanding(self) -> int:
         """Requests sent and not answered yet, abandoned ones included."""
-        return self._proto.outstanding
+        return self._proto.outstanding - self._unsent
 
     # -- requests ------------------------------------------------------------
 
     def submit(self, op: str, **args: Any) -> int:
-        """Send a request without waiting; return its id for :meth:`result`."""
-        if self._lost is not None:
-            raise self._lost
+        """Send a request without waiting; return its id for :meth:`result`.
+
+        A connection the daemon closed while nothing was outstanding is opened
+        again first (see the module docstring).
+        """
+        reopened = self._restore(op)
+        if op == "subscribe":
+            self._subscribed = True  # server state that a new connection would not have
         req_id, line = self._proto.request(op, args)
-        self._send(line)
+        error = self._try_send(line)
+        if error is not None:
+            if isinstance(error, BrokenPipeError | ConnectionResetError):
+                # A send that fails stops before the line's last byte, its newline:
+                # the daemon never read this request.
+                self._unsent += 1
+            lost = self._lose(f"cannot send: {error}")
+            if reopened or not self._may_reconnect():
+                raise lost
+            self._restore(op)
+            self._send(line)
+            self._unsent -= 1
         return req_id
 
     def result(self, req_id: int, timeout: float | None = CLIENT_TIMEOUT) -> dict[str, Any]:
@@ -182,8 +216,15 @@ class Client:
     # -- verbs ---------------------------------------------------------------
 
     def hello(self, token: str | None = None, client: str | None = None) -> dict[str, Any]:
-        """Authenticate the connection; return ``{namespace, grants, queues, ...}``."""
-        return self.call("hello", **drop_none(token=token, client=client))
+        """Authenticate the connection; return ``{namespace, grants, queues, ...}``.
+
+        A reconnect says the last successful ``hello`` again.
+        """
+        args = drop_none(token=token, client=client)
+        answer = self.call("hello", **args)
+        self._hello_args = args or None
+        self._needs_hello = False
+        return answer
 
     def enqueue(
         self, queue: str, type: str, payload: Any = None, **options: Unpack[JobOptions]
@@ -271,15 +312,82 @@ class Client:
             ),
         )
 
+    # -- reconnecting ----------------------------------------------------------
+
+    def _restore(self, op: str) -> bool:
+        """Before sending ``op``: reopen a connection the daemon closed while nothing
+        was outstanding, and say ``hello`` on it. True if it reopened; raises why the
+        connection was lost if it may not reopen it."""
+        reopened = False
+        if (
+            self._lost is None
+            and self.outstanding == 0
+            and self._reopenable()
+            and self._peer_closed()
+        ):
+            self._lose("the daemon closed the connection")
+        if self._lost is not None:
+            if not self._may_reconnect():
+                raise self._lost
+            self._reopen()
+            reopened = True
+        if self._needs_hello and op != "hello":
+            assert self._hello_args is not None
+            self.hello(**self._hello_args)
+        return reopened
+
+    def _reopenable(self) -> bool:
+        return self.path is not None and not self._subscribed and not self._closed
+
+    def _may_reconnect(self) -> bool:
+        """Lost with nothing the daemon may have read unanswered, and no error of its own."""
+        return (
+            self._lost is not None
+            and self._fatal is None
+            and self.outstanding == 0
+            and self._reopenable()
+        )
+
+    def _peer_closed(self) -> bool:
+        """Whether the daemon's EOF waits to be read; reads nothing (data means open)."""
+        try:
+            self._sock.settimeout(0)
+            return not self._sock.recv(1, stdsocket.MSG_PEEK | stdsocket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return False
+        except ConnectionResetError:
+            return True
+        except OSError:
+            return False  # the send will say what is wrong
+
+    def _reopen(self) -> None:
+        assert self.path is not None
+        try:
+            sock = _open(self.path, self.timeout)
+        except OSError as exc:
+            raise ConnectionLost(f"cannot reconnect to {self.path}: {exc}") from exc
+        self._sock.close()
+        self._sock = sock
+        self._lost = self._fatal = None
+        self._needs_hello = self._hello_args is not None
+        log.debug("reconnected to %s: the daemon closed the idle connection", self.path)
+
     # -- I/O -----------------------------------------------------------------
 
     def _send(self, data: bytes) -> None:
+        error = self._try_send(data)
+        if error is not None:
+            raise self._lose(f"cannot send: {error}")
+
+    def _try_send(self, data: bytes) -> OSError | None:
+        """Send ``data``; return why it failed, after routing the daemon's last words."""
         try:
             self._sock.settimeout(self.timeout)
             self._sock.sendall(data)
         except OSError as exc:
             self._read_last_words()
-            raise self._lose(f"cannot send: {exc}") from None
+            return exc
+        return None
 
     def _read_last_words(self) -> None:
         """After a failed send: route what the daemon said before it closed the connection.
@@ -335,3 +443,15 @@ class Client:
         if self._lost is None:
             self._lost = self._fatal or ConnectionLost(why)
         return self._lost
+
+
+def _open(path: Path, timeout: float | None) -> stdsocket.socket:
+    """A socket connected to the daemon at ``path``."""
+    sock = stdsocket.socket(stdsocket.AF_UNIX, stdsocket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        sock.connect(str(path))
+    except BaseException:
+        sock.close()
+        raise
+    return sock

@@ -12,6 +12,19 @@ A call cancelled while the daemon still works on it is abandoned: its answer
 is dropped when it comes, and jobs a cancelled claim took anyway are released
 at once rather than left running until their lease lapses.
 
+The daemon closes a connection that stays idle for ``[daemon] idle_timeout``
+(nothing in flight, no waiting claim, no subscription), without a word; the
+reader sees the EOF. A client opened with :meth:`TrioClient.connect` then
+connects again by itself at its next call, if nothing was outstanding when
+the connection was lost (a send that failed counts as not sent: it stops
+before the line's newline). It opens the same socket path again, restarts the
+reader, says ``hello`` again with the token and client name of the last
+successful ``hello``, and sends the call: at most once per call. Nothing that
+may have reached the daemon is ever sent again: a connection lost with a call
+in flight raises :class:`ConnectionLost`, as does one opened with
+:meth:`TrioClient.over`, or one that subscribed (a subscriber is never idle,
+and its subscriptions die with the connection), or one the caller closed.
+
 ::
 
     async with TrioClient.connect() as client:
@@ -26,6 +39,7 @@ import logging
 import os
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any, Unpack
 
 import attrs
@@ -80,15 +94,28 @@ class TrioClient:
         on_event: EventCallback | None = None,
     ) -> None:
         self.stream = stream
+        #: The socket :meth:`connect` opened, opened again after an idle close;
+        #: None over a caller's stream (never reopened).
+        self.path: Path | None = None
         self.retry = retry or RetryPolicy()
         self.on_event = on_event
+        # State of the current connection; a reconnect starts it afresh.
         self._proto = ClientProtocol()
         self._slots: dict[int, _Slot] = {}
-        self._send_lock = trio.Lock()
         self._lost: SluicegateError | None = None
         self._fatal: SluicegateError | None = None
-        self._nursery: trio.Nursery | None = None
         self._reader_done = trio.Event()
+        #: Requests registered with ``_proto`` whose line never reached the daemon.
+        self._unsent = 0
+        # State of the client.
+        self._send_lock = trio.Lock()
+        self._restore_lock = trio.Lock()
+        self._nursery: trio.Nursery | None = None
+        self._closed = False
+        self._subscribed = False
+        #: The last successful ``hello``'s arguments, said again on a new connection.
+        self._hello_args: dict[str, Any] | None = None
+        self._needs_hello = False
 
     # -- opening and closing ---------------------------------------------------
 
@@ -110,6 +137,7 @@ class TrioClient:
         async with cls.over(
             stream, token=token, client_name=client_name, retry=retry, on_event=on_event
         ) as client:
+            client.path = path
             yield client
 
     @classmethod
@@ -144,13 +172,14 @@ class TrioClient:
 
     async def aclose(self) -> None:
         """Close the connection; calls still waiting fail with ``ConnectionLost``."""
+        self._closed = True
         self._lose(ConnectionLost("the client closed the connection"))
         await self.stream.aclose()
 
     @property
     def outstanding(self) -> int:
         """Requests sent and not answered yet, abandoned ones included."""
-        return self._proto.outstanding
+        return self._proto.outstanding - self._unsent
 
     # -- requests ------------------------------------------------------------
 
@@ -168,23 +197,49 @@ class TrioClient:
                 attempt += 1
 
     async def call_once(self, op: str, **args: Any) -> dict[str, Any]:
-        """Call verb ``op`` once, without retries."""
+        """Call verb ``op`` once, without retries.
+
+        A connection the daemon closed while nothing was outstanding is opened
+        again first, once (see the module docstring).
+        """
+        reopened = await self._restore(op)
+        try:
+            return await self._exchange(op, args)
+        except ConnectionLost:
+            if reopened or not self._may_reconnect():
+                raise
+        await self._restore(op)
+        return await self._exchange(op, args)
+
+    async def _exchange(self, op: str, args: Mapping[str, Any]) -> dict[str, Any]:
+        """Send one request on the current connection and wait for its answer."""
         if self._lost is not None:
             raise self._lost
-        req_id, line = self._proto.request(op, args)
-        slot = self._slots[req_id] = _Slot()
+        if op == "subscribe":
+            self._subscribed = True  # server state that a new connection would not have
+        # A reconnect replaces these; this request belongs to the ones it started on.
+        proto, slots, stream = self._proto, self._slots, self.stream
+        req_id, line = proto.request(op, args)
+        slot = slots[req_id] = _Slot()
+        sent = False
         try:
-            await self._send(line)
+            await self._send(line, stream)
+            sent = True
             await slot.done.wait()
         except BaseException:
-            self._slots.pop(req_id, None)
-            if slot.answer is not None:
+            slots.pop(req_id, None)
+            if not sent:
+                # Cancelled before its turn to send, or the send failed (it stops
+                # before the line's last byte, its newline): the daemon never read it.
+                if stream is self.stream:
+                    self._unsent += 1
+            elif slot.answer is not None:
                 # Answered, but this caller was cancelled before it saw it.
-                orphans = self._proto.salvage(slot.answer, op)
+                orphans = proto.salvage(slot.answer, op)
                 if orphans is not None:
                     self._release(orphans)
             elif slot.error is None:
-                self._proto.abandon(req_id)
+                proto.abandon(req_id)
             raise
         if slot.error is not None:
             raise slot.error
@@ -194,8 +249,15 @@ class TrioClient:
     # -- verbs ---------------------------------------------------------------
 
     async def hello(self, token: str | None = None, client: str | None = None) -> dict[str, Any]:
-        """Authenticate the connection; return ``{namespace, grants, queues, ...}``."""
-        return await self.call("hello", **drop_none(token=token, client=client))
+        """Authenticate the connection; return ``{namespace, grants, queues, ...}``.
+
+        A reconnect says the last successful ``hello`` again.
+        """
+        args = drop_none(token=token, client=client)
+        answer = await self.call("hello", **args)
+        self._hello_args = args or None
+        self._needs_hello = False
+        return answer
 
     async def enqueue(
         self, queue: str, type: str, payload: Any = None, **options: Unpack[JobOptions]
@@ -255,7 +317,12 @@ class TrioClient:
         return await self.call("status")
 
     async def subscribe(self, queues: Sequence[str]) -> None:
-        """Receive a doorbell event (``on_event``) each time a queue becomes claimable."""
+        """Receive a doorbell event (``on_event``) each time a queue becomes claimable.
+
+        A subscribed client is never reconnected: if its connection is lost,
+        calls raise ``ConnectionLost`` and the subscription must be made again
+        on a new client.
+        """
         await self.call("subscribe", queues=list(queues))
 
     async def dead_list(
@@ -286,15 +353,74 @@ class TrioClient:
             ),
         )
 
+    # -- reconnecting ----------------------------------------------------------
+
+    async def _restore(self, op: str) -> bool:
+        """Before a call of ``op``: reopen a connection the daemon closed while
+        nothing was outstanding, and say ``hello`` on it. True if it reopened;
+        raises why the connection was lost if it may not reopen it."""
+        if self._lost is None and not (self._needs_hello and op != "hello"):
+            return False
+        async with self._restore_lock:  # one task reopens; the others then use it
+            reopened = False
+            if self._lost is not None:
+                if not self._may_reconnect():
+                    raise self._lost
+                await self._reopen()
+                reopened = True
+            if self._needs_hello and op != "hello":
+                assert self._hello_args is not None
+                await self._exchange("hello", self._hello_args)
+                self._needs_hello = False
+            return reopened
+
+    def _may_reconnect(self) -> bool:
+        """Lost with nothing the daemon may have read unanswered, and no error of its
+        own; opened from a path, not subscribed, not closed by the caller."""
+        return (
+            self._lost is not None
+            and self._fatal is None
+            and self.outstanding == 0
+            and self._reader_done.is_set()
+            and self.path is not None
+            and self._nursery is not None
+            and not self._subscribed
+            and not self._closed
+        )
+
+    async def _reopen(self) -> None:
+        assert self.path is not None and self._nursery is not None
+        try:
+            stream = await trio.open_unix_socket(str(self.path))
+        except OSError as exc:
+            raise ConnectionLost(f"cannot reconnect to {self.path}: {exc}") from exc
+        if self._closed:  # while it connected
+            await stream.aclose()
+            raise ConnectionLost("the client closed the connection")
+        old, self.stream = self.stream, stream
+        self._proto = ClientProtocol()
+        self._slots = {}
+        self._lost = self._fatal = None
+        self._reader_done = trio.Event()
+        self._unsent = 0
+        self._needs_hello = self._hello_args is not None
+        self._nursery.start_soon(self._read_loop)
+        log.debug("reconnected to %s: the daemon closed the idle connection", self.path)
+        await old.aclose()
+
     # -- I/O -----------------------------------------------------------------
 
-    async def _send(self, data: bytes) -> None:
+    async def _send(self, data: bytes, stream: trio.abc.Stream) -> None:
+        """Send ``data`` on ``stream``, the connection it was made for, if still current."""
         async with self._send_lock:
+            if stream is not self.stream:
+                # Its connection was replaced while this waited: the frame is for it.
+                raise ConnectionLost("the connection this request was for is closed")
             # A send cut short would leave half a frame on the wire and break every
             # later request, so it is shielded; frames are small and the daemon reads.
             with trio.CancelScope(shield=True):
                 try:
-                    await self.stream.send_all(data)
+                    await stream.send_all(data)
                     return
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     pass
@@ -306,19 +432,21 @@ class TrioClient:
 
     def _release(self, orphans: Orphaned) -> None:
         if self._nursery is not None and self._lost is None:
-            self._nursery.start_soon(self._send_quietly, self._proto.release_orphans(orphans.jobs))
+            data = self._proto.release_orphans(orphans.jobs)
+            self._nursery.start_soon(self._send_quietly, data, self.stream)
 
-    async def _send_quietly(self, data: bytes) -> None:
+    async def _send_quietly(self, data: bytes, stream: trio.abc.Stream) -> None:
         try:
-            await self._send(data)
+            await self._send(data, stream)
         except SluicegateError as exc:
             log.debug("could not release orphaned jobs: %s", exc)
 
     async def _read_loop(self) -> None:
         why = "the daemon closed the connection"
+        stream = self.stream
         try:
             while True:
-                data = await self.stream.receive_some(RECEIVE_BYTES)
+                data = await stream.receive_some(RECEIVE_BYTES)
                 if not data:
                     break
                 for item in self._proto.feed(data):
