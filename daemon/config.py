@@ -20,6 +20,7 @@ import cattrs
 
 from actors.budget import BudgetSpec, Strategy
 from actors.errors import Refused
+from actors.limits import LEASE_MS, MAX_ATTEMPTS, NAME_RE, NAME_RULE, PRIORITY
 from actors.periodic import Schedule, ScheduleError, parse_schedule
 from actors.policy import Policy, parse_policy
 from actors.quota import Quota, Rate, parse_quota, parse_rate
@@ -31,7 +32,6 @@ from daemon.validation import FieldError, at_least, describe
 GRANTS = frozenset(
     {"produce", "consume", "manage", "set_admission_policy", "clear_admission_policy", "operator"}
 )
-NAME_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 #: The defaults of ``[daemon] admin_write_rate`` and ``admin_write_burst``
 #: (:mod:`daemon.admission.admin_limit` enforces them).
@@ -139,7 +139,7 @@ class RetentionConfig:
 
 def _check_name(_inst: object, attr: attrs.Attribute, value: str) -> None:
     if not NAME_RE.match(value):
-        raise FieldError(attr.name, "must be 1-128 characters of [A-Za-z0-9._:-]")
+        raise FieldError(attr.name, f"must be {NAME_RULE}")
 
 
 def _check_grants(_inst: object, attr: attrs.Attribute, value: tuple[str, ...]) -> None:
@@ -199,9 +199,9 @@ class PeriodicConfig:
     type: str = attrs.field(validator=_check_name)
     namespace: str = attrs.field(default="default", validator=_check_name)
     payload: Any = attrs.field(factory=dict, validator=_check_table)
-    priority: int | None = attrs.field(default=None, validator=_between(0, 65535))
-    max_attempts: int | None = attrs.field(default=None, validator=_between(1, 100_000))
-    lease_ms: Duration | None = attrs.field(default=None, validator=_between(1, 86_400_000))
+    priority: int | None = attrs.field(default=None, validator=_between(*PRIORITY))
+    max_attempts: int | None = attrs.field(default=None, validator=_between(*MAX_ATTEMPTS))
+    lease_ms: Duration | None = attrs.field(default=None, validator=_between(*LEASE_MS))
     every: Duration | None = None
     cron: str | None = None
     tz: str | None = None
@@ -364,7 +364,7 @@ def _policy_tables(
             if not NAME_RE.match(queue) or not isinstance(table, dict):
                 problems.append(
                     f"{where}: expected a [policies.<namespace>.<queue>] table "
-                    "(a queue name is 1-128 characters of [A-Za-z0-9._:-])"
+                    f"(a queue name is {NAME_RULE})"
                 )
                 continue
             try:

@@ -16,20 +16,28 @@ import attrs
 from actors import lifecycle as lc
 from actors.budget import Budget, BudgetSpec
 from actors.errors import Refused, invalid
+from actors.limits import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_PRIORITY,
+    LEASE_MS,
+    MAX_ATTEMPTS,
+    MAX_BATCH,
+    MAX_BINDINGS,
+    MAX_DURATION_MS,
+    MAX_INSTANT_MS,
+    MAX_TOKENS,
+    PRIORITY,
+    UNIQUE_KEY_LEN,
+)
 from daemon.admission import quotas
 from daemon.store import jobs as sql
 from daemon.store.database import Tx
-from daemon.verbs.budgets import MAX_TOKENS, create_budget, parse_strategy
+from daemon.verbs.budgets import create_budget, parse_strategy
 from daemon.verbs.table import Call, Plan, verb
-from daemon.wire import MAX_DURATION_MS, MAX_INSTANT_MS, between, json_value, name, text
+from daemon.wire import between, json_value, name, text
 
 if TYPE_CHECKING:
     from daemon.core import Core
-
-DEFAULT_PRIORITY = 32768
-DEFAULT_MAX_ATTEMPTS = 25
-MAX_BATCH = 1000
-MAX_BINDINGS = 16
 
 
 def _create_with(_inst: Any, attr: attrs.Attribute, value: Any) -> None:
@@ -78,12 +86,12 @@ class EnqueueArgs:
     queue: str = attrs.field(validator=name)
     type: str = attrs.field(validator=name)
     payload: Any = attrs.field(factory=dict, validator=json_value)
-    priority: int = attrs.field(default=DEFAULT_PRIORITY, validator=between(0, 65535))
+    priority: int = attrs.field(default=DEFAULT_PRIORITY, validator=between(*PRIORITY))
     delay_ms: int | None = attrs.field(default=None, validator=between(0, MAX_DURATION_MS))
     ready_at: int | None = attrs.field(default=None, validator=between(0, MAX_INSTANT_MS))
-    max_attempts: int = attrs.field(default=DEFAULT_MAX_ATTEMPTS, validator=between(1, 100_000))
-    lease_ms: int | None = attrs.field(default=None, validator=between(1, 86_400_000))
-    unique_key: str | None = attrs.field(default=None, validator=text(255))
+    max_attempts: int = attrs.field(default=DEFAULT_MAX_ATTEMPTS, validator=between(*MAX_ATTEMPTS))
+    lease_ms: int | None = attrs.field(default=None, validator=between(*LEASE_MS))
+    unique_key: str | None = attrs.field(default=None, validator=text(UNIQUE_KEY_LEN))
     debounce_ms: int | None = attrs.field(default=None, validator=between(0, MAX_DURATION_MS))
     budgets: list[BindingArgs] | None = attrs.field(default=None, validator=_bindings)
 
