@@ -29,7 +29,7 @@ import orjson
 
 from actors import lifecycle as lc
 from actors.budget import Budget
-from actors.due import DueActor
+from actors.due import Due, DueActor
 from actors.errors import Refused
 from daemon.store import budgets as budget_sql
 from daemon.store import jobs as sql
@@ -71,7 +71,9 @@ class BudgetGate:
         self.parked_by_queue: dict[QueueKey, dict[str, int]] = {}
         #: Budgets with parked jobs: what the waker looks at.
         self.waiting: set[QueueKey] = set()
-        self.waker = DueActor(core.clock, _Release(self))
+        self.waker = DueActor(
+            core.clock, Due(self.earliest, lambda _now: core.writer.write(self.release_due))
+        )
         #: Set by a claim that parked its limit of jobs: there may be more.
         self.parks_left = PARK_PER_CLAIM
 
@@ -471,16 +473,3 @@ def _change_bound(tx: Tx, budget: Budget, cost: int, n: int) -> None:
 def _save_pool(tx: Tx, budget: Budget) -> None:
     state = budget.pool.snapshot(tx.now_ms)
     budget_sql.save_pool(tx.conn, budget.namespace, budget.key, state)
-
-
-class _Release:
-    """The budgets' waker's view: when the next release is due, and doing it."""
-
-    def __init__(self, gate: BudgetGate) -> None:
-        self._gate = gate
-
-    def earliest(self) -> int | None:
-        return self._gate.earliest()
-
-    async def run_due(self, now_ms: int) -> None:
-        await self._gate._core.writer.write(self._gate.release_due)
