@@ -18,7 +18,8 @@ from typing import Any, Literal
 import attrs
 import cattrs
 
-from actors.budget import BudgetSpec, Strategy
+from actors import budget as spec_parser
+from actors.budget import BudgetSpec, SpecError, parse_spec
 from actors.errors import Refused
 from actors.limits import LEASE_MS, MAX_ATTEMPTS, NAME_RE, NAME_RULE, PRIORITY
 from actors.periodic import Schedule, ScheduleError, parse_schedule
@@ -398,31 +399,33 @@ def _budget_specs(raw: dict[str, Any], problems: list[str]) -> dict[str, dict[st
 def _budget_spec(key: str, body: Any) -> BudgetSpec:
     if not NAME_RE.match(key):
         raise ValueError("a budget key is 1-128 characters of [A-Za-z0-9._:-]")
-    if not isinstance(body, dict):
-        raise ValueError("expected a table with allocation and strategy")
-    extra = sorted(set(body) - {"allocation", "strategy"})
-    if extra:
-        raise FieldError(extra[0], "unknown field")
-    allocation = body.get("allocation")
-    if type(allocation) is not int or allocation < 1:
-        raise FieldError("allocation", "must be an integer of at least 1")
-    strategy = body.get("strategy")
-    if not isinstance(strategy, dict):
-        raise FieldError("strategy", 'must be a table such as { type = "while_in_flight" }')
-    extra = sorted(set(strategy) - {"type", "duration_ms", "burst"})
-    if extra:
-        raise FieldError(f"strategy.{extra[0]}", "unknown field")
-    duration = strategy.get("duration_ms")
-    try:
-        duration = None if duration is None else parse_duration_ms(duration)
-    except ValueError as exc:
-        raise FieldError("strategy.duration_ms", str(exc)) from None
-    burst = strategy.get("burst")
-    if burst is not None and (type(burst) is not int or burst < 1):
-        raise FieldError("strategy.burst", "must be an integer of at least 1")
-    if strategy.get("type") not in ("while_in_flight", "time_based"):
-        raise FieldError("strategy.type", "must be while_in_flight or time_based")
-    return BudgetSpec(allocation, Strategy(strategy["type"], duration, burst))
+    try:  # no upper bounds here: a duration may be "30d"
+        return parse_spec(body, most=None, duration=parse_duration_ms)
+    except SpecError as exc:
+        raise _budget_problem(exc, body) from None
+
+
+def _budget_problem(exc: SpecError, body: Any) -> ValueError:
+    """The parser's refusal in the config file's words (a FieldError names its field)."""
+    field, problem = exc.field, exc.problem
+    kind = body["strategy"].get("type") if field.startswith("strategy.") else None
+    if problem == spec_parser.UNKNOWN_FIELD:
+        return FieldError(field, "unknown field")
+    if problem == spec_parser.UNREADABLE:
+        return FieldError(field, exc.detail)
+    if problem == spec_parser.NOT_OBJECT:
+        if field == "strategy":
+            return FieldError(field, 'must be a table such as { type = "while_in_flight" }')
+        return ValueError("expected a table with allocation and strategy")
+    if problem == spec_parser.BAD_TYPE:
+        return FieldError(field, "must be while_in_flight or time_based")
+    if problem == spec_parser.TIME_BASED_ONLY or (
+        field == "strategy.duration_ms" and kind == spec_parser.WHILE_IN_FLIGHT  # "0s"
+    ):
+        return ValueError("while_in_flight takes neither duration_ms nor burst")
+    if field == "strategy.duration_ms":  # BAD_COUNT (0) or REQUIRED
+        return ValueError("strategy.duration_ms must be a positive integer for time_based")
+    return FieldError(field, "must be an integer of at least 1")  # allocation, burst
 
 
 def load_config(path: str | os.PathLike[str] | None = None) -> Config:

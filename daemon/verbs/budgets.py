@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from actors.budget import Budget, BudgetSpec, Strategy, TokenPool
+from actors import budget as spec_parser
+from actors.budget import Budget, BudgetSpec, SpecError, Strategy, TokenPool
 from actors.errors import Refused, invalid, not_found
+from actors.limits import MAX_TOKENS
 from daemon.store import audit
 from daemon.store import budgets as budget_sql
 from daemon.store.database import Tx
@@ -27,32 +29,34 @@ from daemon.wire import between, name
 if TYPE_CHECKING:
     from daemon.core import Core
 
-MAX_TOKENS = 2**31 - 1  # seed 003: allocation and burst are int32
 ABSENT: Any = object()
+
+#: Seed 003's texts for a refused strategy field ``{f}`` (actors.budget's problems).
+_WORDS = {
+    spec_parser.NOT_OBJECT: "{f} must be an object",
+    spec_parser.BAD_TYPE: "{f} must be while_in_flight or time_based",
+    spec_parser.BAD_COUNT: f"{{f}} must be an integer from 1 to {MAX_TOKENS}",
+    spec_parser.REQUIRED: "{f} is required for time_based",
+    spec_parser.TIME_BASED_ONLY: "{f} applies to time_based budgets only",
+}
+
+
+def strategy_refused(exc: SpecError, base: str = "strategy") -> Refused:
+    """``invalid_argument`` for a strategy refused by the parser, its field under ``base``
+    (``strategy``, or ``create_with.strategy``)."""
+    field = base + exc.field.removeprefix("strategy")
+    if exc.problem == spec_parser.UNKNOWN_FIELD:
+        parent, _dot, name_ = field.rpartition(".")
+        return invalid(field, f"{parent}: unknown field {name_!r}")
+    return invalid(field, _WORDS[exc.problem].format(f=field))
 
 
 def parse_strategy(value: Any, field: str = "strategy") -> Strategy:
     """A wire strategy object to a :class:`Strategy`, or ``invalid_argument``."""
-    if not isinstance(value, dict):
-        raise invalid(field, f"{field} must be an object")
-    extra = sorted(set(value) - {"type", "duration_ms", "burst"})
-    if extra:
-        raise invalid(f"{field}.{extra[0]}", f"{field}: unknown field {extra[0]!r}")
-    kind = value.get("type")
-    if kind not in ("while_in_flight", "time_based"):
-        raise invalid(f"{field}.type", f"{field}.type must be while_in_flight or time_based")
-    duration, burst = value.get("duration_ms"), value.get("burst")
-    for part, number in (("duration_ms", duration), ("burst", burst)):
-        if number is not None and (type(number) is not int or not 1 <= number <= MAX_TOKENS):
-            raise invalid(
-                f"{field}.{part}", f"{field}.{part} must be an integer from 1 to {MAX_TOKENS}"
-            )
-    if kind == "time_based" and duration is None:
-        raise invalid(f"{field}.duration_ms", f"{field}.duration_ms is required for time_based")
-    if kind == "while_in_flight" and (duration is not None or burst is not None):
-        bad = "duration_ms" if duration is not None else "burst"
-        raise invalid(f"{field}.{bad}", f"{field}.{bad} applies to time_based budgets only")
-    return Strategy(kind, duration, burst)
+    try:
+        return spec_parser.parse_strategy(value)
+    except SpecError as exc:
+        raise strategy_refused(exc, field) from None
 
 
 def _save(tx: Tx, budget: Budget) -> None:

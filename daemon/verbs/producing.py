@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from actors import lifecycle as lc
-from actors.budget import Budget, BudgetSpec
+from actors.budget import Budget, BudgetSpec, SpecError, parse_spec
 from actors.errors import Refused, invalid
 from actors.limits import (
     DEFAULT_MAX_ATTEMPTS,
@@ -32,7 +32,7 @@ from actors.limits import (
 from daemon.admission import quotas
 from daemon.store import jobs as sql
 from daemon.store.database import Tx
-from daemon.verbs.budgets import create_budget, parse_strategy
+from daemon.verbs.budgets import create_budget, strategy_refused
 from daemon.verbs.table import Call, Plan, verb
 from daemon.wire import between, json_value, name, text
 
@@ -40,17 +40,25 @@ if TYPE_CHECKING:
     from daemon.core import Core
 
 
-def _create_with(_inst: Any, attr: attrs.Attribute, value: Any) -> None:
-    if value is None:
-        return
-    if not isinstance(value, dict) or set(value) - {"allocation", "strategy"}:
-        raise invalid(attr.name, "create_with must be an object {allocation, strategy}")
-    allocation = value.get("allocation")
-    if type(allocation) is not int or not 1 <= allocation <= MAX_TOKENS:
+def _create_spec(value: Any) -> BudgetSpec:
+    """``create_with``'s budget, or ``invalid_argument`` in seed 003's words."""
+    try:
+        return parse_spec(value)
+    except SpecError as exc:
+        if exc.field.partition(".")[0] == "strategy":
+            raise strategy_refused(exc, "create_with.strategy") from None
+        if exc.field == "allocation":
+            raise invalid(
+                "create_with.allocation", f"allocation must be an integer from 1 to {MAX_TOKENS}"
+            ) from None
         raise invalid(
-            f"{attr.name}.allocation", f"allocation must be an integer from 1 to {MAX_TOKENS}"
-        )
-    parse_strategy(value.get("strategy"), f"{attr.name}.strategy")
+            "create_with", "create_with must be an object {allocation, strategy}"
+        ) from None
+
+
+def _create_with(_inst: Any, _attr: attrs.Attribute, value: Any) -> None:
+    if value is not None:
+        _create_spec(value)
 
 
 @attrs.frozen
@@ -63,8 +71,7 @@ class BindingArgs:
 
     def spec(self) -> BudgetSpec:
         """The budget ``create_with`` describes (validated already)."""
-        allocation = self.create_with["allocation"]
-        return BudgetSpec(allocation, parse_strategy(self.create_with["strategy"]))
+        return _create_spec(self.create_with)
 
 
 def _bindings(_inst: Any, attr: attrs.Attribute, value: list[BindingArgs] | None) -> None:
