@@ -16,7 +16,7 @@ import sqlite_utils
 import trio
 
 from actors import lifecycle as lc
-from actors.budget import Budget
+from actors.budgets import Budgets
 from actors.clock import Clock
 from actors.counts import QueueCounts
 from actors.due import Due
@@ -87,7 +87,7 @@ class Core:
         #: lease in the store, so a stale entry is harmless. Bounded: jobs with
         #: big payloads, or past the cap, are simply looked up in the store.
         self.running: dict[str, sql.Row] = {}
-        self.budgets: dict[QueueKey, Budget] = {}  # by (namespace, key)
+        self.budgets = Budgets()
         self.budget_gate = BudgetGate(self)
         self.namespaces = Namespaces()
         self.door = Door(self)
@@ -105,7 +105,7 @@ class Core:
         """Rebuild in-memory state from the store."""
         self.counts.load(sql.state_counts(self.conn))
         self.known_queues = {(ns, q) for ns, q, _c, _d in queue_sql.all_queues(self.conn)}
-        self.budgets = {(r[0], r[1]): budget_sql.load(r) for r in budget_sql.all_budgets(self.conn)}
+        self.budgets.load(budget_sql.load(r) for r in budget_sql.all_budgets(self.conn))
         self.budget_gate.recover()
         self.policies.load()
         quotas.reload(self)

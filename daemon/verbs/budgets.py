@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from actors import budget as spec_parser
-from actors.budget import Budget, BudgetSpec, SpecError, Strategy, TokenPool
+from actors.budget import BudgetSpec, SpecError, Strategy, TokenPool
+from actors.budgets import Budget
 from actors.errors import Refused, invalid, not_found
 from actors.limits import MAX_TOKENS
 from daemon.store import audit
@@ -131,8 +132,7 @@ def create_budget(
             limit="max_budgets", value=count + 1, max=limit,
         )  # fmt: skip
     budget = Budget(namespace, key, TokenPool(spec, tx.now_ms), tx.now_ms, tx.now_ms, source)
-    core.budgets[(namespace, key)] = budget
-    tx.undo(lambda: core.budgets.pop((namespace, key), None))
+    tx.undo(core.budgets.add(budget))
     return _store(tx, actor, budget, "create", None)
 
 
@@ -147,15 +147,7 @@ def _update(
             "Raise the allocation, delete them, or wait for them to drain.",
         )
     before = budget.to_wire(tx.now_ms)
-    old = (budget.pool.spec, budget.pool.raw(), budget.updated_at, budget.source)
-    budget.pool.update(spec, tx.now_ms)  # never creates tokens
-    budget.updated_at, budget.source = tx.now_ms, source
-
-    def undo() -> None:
-        budget.pool.spec, raw, budget.updated_at, budget.source = old
-        budget.pool.restore(raw)
-
-    tx.undo(undo)
+    tx.undo(budget.update(spec, tx.now_ms, source))  # never creates tokens
     tx.after(lambda: core.budget_gate.settings_changed(budget))
     return _store(tx, actor, budget, "update", before)
 
@@ -192,8 +184,7 @@ def _answer(core: Core) -> Any:
 def budget_list(core: Core, call: Call, _a: NoArgs) -> Plan:
     """Every budget of the namespace, by key."""
     now = core.clock.now_ms()
-    mine = sorted(b for (ns, b) in core.budgets if ns == call.namespace)
-    return answer_now({"budgets": [core.budgets[(call.namespace, k)].to_wire(now) for k in mine]})
+    return answer_now({"budgets": [b.to_wire(now) for b in core.budgets.of(call.namespace)]})
 
 
 @verb("budget_get", ("manage",), BudgetKeyArgs, manage=True)
@@ -277,8 +268,7 @@ def budget_delete(core: Core, call: Call, a: BudgetKeyArgs) -> Plan:
             target_kind="budget", target=a.key, action="delete",
             before=budget.to_wire(tx.now_ms), after=None,
         )  # fmt: skip
-        core.budgets.pop((call.namespace, a.key))
-        tx.undo(lambda: core.budgets.__setitem__((call.namespace, a.key), budget))
+        tx.undo(core.budgets.remove(call.namespace, a.key))
         return {}
 
     return Plan(write)

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from actors import lifecycle as lc
-from actors.budget import Budget, BudgetSpec, SpecError, parse_spec
+from actors.budget import BudgetSpec, SpecError, parse_spec
+from actors.budgets import Budget
 from actors.errors import Refused, invalid
 from actors.limits import (
     DEFAULT_MAX_ATTEMPTS,
