@@ -19,16 +19,106 @@ free tokens"): raising the cap keeps the current count, lowering it clamps the
 count down. Unlike seed 003, a restart does not refill a pool: its state
 (:meth:`TokenPool.snapshot`) is persisted, so a crash loop hands out no free
 burst.
+
+:func:`parse_spec` and :func:`parse_strategy` are the one parser of a budget's
+settings, for the wire (``budget_*``, ``create_with``) and the config file
+alike. They raise :class:`SpecError` naming the field and the problem, and
+each caller words it in its own way (seed 003's texts on the wire,
+path-qualified ``budgets.<ns>.<key>.<field>: ...`` in the config file).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
 import attrs
 
+from actors.limits import MAX_TOKENS
+
 WHILE_IN_FLIGHT: Literal["while_in_flight"] = "while_in_flight"
 TIME_BASED: Literal["time_based"] = "time_based"
+STRATEGIES = (WHILE_IN_FLIGHT, TIME_BASED)
+SPEC_FIELDS = frozenset({"allocation", "strategy"})
+STRATEGY_FIELDS = frozenset({"type", "duration_ms", "burst"})
+
+#: The problems :class:`SpecError` names.
+NOT_OBJECT = "not_object"  # the spec or its strategy is not an object
+UNKNOWN_FIELD = "unknown_field"
+BAD_COUNT = "bad_count"  # allocation, duration_ms or burst: not an integer in range
+UNREADABLE = "unreadable"  # duration_ms the caller's reader refused (``detail`` says why)
+BAD_TYPE = "bad_type"  # strategy.type is neither strategy
+REQUIRED = "required"  # time_based without duration_ms
+TIME_BASED_ONLY = "time_based_only"  # while_in_flight with duration_ms or burst
+
+
+class SpecError(ValueError):
+    """Budget settings refused: ``field`` (a path such as ``strategy.burst``, or
+    ``""`` for the whole value) has ``problem``; the caller words it."""
+
+    def __init__(self, field: str, problem: str, detail: str = "") -> None:
+        super().__init__(f"{field or 'budget'}: {problem}" + (f" ({detail})" if detail else ""))
+        self.field = field
+        self.problem = problem
+        self.detail = detail
+
+
+def _count(value: Any, most: int | None) -> bool:
+    return type(value) is int and value >= 1 and (most is None or value <= most)
+
+
+def parse_strategy(
+    value: Any, *, most: int | None = MAX_TOKENS, duration: Callable[[Any], int] | None = None
+) -> Strategy:
+    """A strategy object (``{type, duration_ms?, burst?}``) to a :class:`Strategy`.
+
+    ``most`` bounds ``duration_ms`` and ``burst`` (None: no bound); ``duration``
+    reads ``duration_ms`` first (the config file's ``"1h"``), raising ValueError.
+    Fields are named relative to the spec (``strategy.type``).
+    """
+    if not isinstance(value, dict):
+        raise SpecError("strategy", NOT_OBJECT)
+    extra = sorted(set(value) - STRATEGY_FIELDS)
+    if extra:
+        raise SpecError(f"strategy.{extra[0]}", UNKNOWN_FIELD)
+    kind = value.get("type")
+    if kind not in STRATEGIES:
+        raise SpecError("strategy.type", BAD_TYPE)
+    length, burst = value.get("duration_ms"), value.get("burst")
+    if duration is not None and length is not None:
+        try:
+            length = duration(length)
+        except ValueError as exc:
+            raise SpecError("strategy.duration_ms", UNREADABLE, str(exc)) from None
+    for part, number in (("duration_ms", length), ("burst", burst)):
+        if number is not None and not _count(number, most):
+            raise SpecError(f"strategy.{part}", BAD_COUNT)
+    if kind == TIME_BASED and length is None:
+        raise SpecError("strategy.duration_ms", REQUIRED)
+    if kind == WHILE_IN_FLIGHT and (length is not None or burst is not None):
+        raise SpecError("strategy.duration_ms" if length is not None else "strategy.burst",
+                        TIME_BASED_ONLY)  # fmt: skip
+    return Strategy(kind, length, burst)
+
+
+def parse_spec(
+    value: Any, *, most: int | None = MAX_TOKENS, duration: Callable[[Any], int] | None = None
+) -> BudgetSpec:
+    """A budget's settings (``{allocation, strategy}``) to a :class:`BudgetSpec`.
+
+    ``most`` bounds the allocation too; see :func:`parse_strategy`.
+    """
+    if not isinstance(value, dict):
+        raise SpecError("", NOT_OBJECT)
+    extra = sorted(set(value) - SPEC_FIELDS)
+    if extra:
+        raise SpecError(extra[0], UNKNOWN_FIELD)
+    allocation = value.get("allocation")
+    if not _count(allocation, most):
+        raise SpecError("allocation", BAD_COUNT)
+    return BudgetSpec(
+        allocation, parse_strategy(value.get("strategy"), most=most, duration=duration)
+    )
 
 
 @attrs.frozen
@@ -38,15 +128,6 @@ class Strategy:
     type: Literal["while_in_flight", "time_based"]
     duration_ms: int | None = None
     burst: int | None = None
-
-    def __attrs_post_init__(self) -> None:
-        if self.type == TIME_BASED:
-            if self.duration_ms is None or self.duration_ms < 1:
-                raise ValueError("strategy.duration_ms must be a positive integer for time_based")
-            if self.burst is not None and self.burst < 1:
-                raise ValueError("strategy.burst must be at least 1")
-        elif self.duration_ms is not None or self.burst is not None:
-            raise ValueError("while_in_flight takes neither duration_ms nor burst")
 
     def to_dict(self) -> dict[str, Any]:
         """The strategy object of the wire contract (absent fields omitted)."""
@@ -60,14 +141,10 @@ class Strategy:
 
 @attrs.frozen
 class BudgetSpec:
-    """A budget's settings: its allocation and strategy."""
+    """A budget's settings: its allocation and strategy (checked by :func:`parse_spec`)."""
 
     allocation: int
     strategy: Strategy
-
-    def __attrs_post_init__(self) -> None:
-        if self.allocation < 1:
-            raise ValueError("allocation must be at least 1")
 
     @property
     def cap(self) -> int:
@@ -210,81 +287,4 @@ class TokenPool:
             "available": self.available(now_ms),
             "in_flight": self.in_flight,
             "next_refill_at": self.next_token_at(now_ms),
-        }
-
-
-@attrs.define(eq=False)
-class Budget:
-    """A named budget of a namespace: its settings, its pool and its jobs.
-
-    Besides the pool it keeps what dispatch needs without a scan: how many
-    jobs are parked on it (and the cost of the oldest), the costs of jobs
-    released to the ready index but not yet claimed (so tokens are not
-    promised twice), and the costs of its unfinished bound jobs (seed 003's
-    409 on delete and 422 on a lowered allocation).
-    """
-
-    namespace: str
-    key: str
-    pool: TokenPool
-    created_at: int
-    updated_at: int
-    #: "api", or "config" when provisioned by the config file (then read-only).
-    source: str = "api"
-    #: Jobs parked on this budget.
-    parked: int = 0
-    #: The cost, for this budget, of its oldest parked job (None: not known).
-    head_cost: int | None = None
-    #: Released (unparked) jobs not yet claimed: job id -> cost.
-    reserved: dict[str, int] = attrs.field(factory=dict)
-    #: Unfinished bound jobs as a multiset: cost -> number of jobs.
-    bound: dict[int, int] = attrs.field(factory=dict)
-    #: Running jobs holding this budget's tokens.
-    holders: set[str] = attrs.field(factory=set)
-
-    @property
-    def spec(self) -> BudgetSpec:
-        """The budget's current settings."""
-        return self.pool.spec
-
-    def bind(self, cost: int, n: int = 1) -> None:
-        """``n`` unfinished jobs of ``cost`` now draw on this budget (negative ``n``: no longer)."""
-        left = self.bound.get(cost, 0) + n
-        if left > 0:
-            self.bound[cost] = left
-        else:
-            self.bound.pop(cost, None)
-
-    @property
-    def bound_jobs(self) -> int:
-        """How many unfinished jobs are bound to this budget."""
-        return sum(self.bound.values())
-
-    @property
-    def max_bound_cost(self) -> int:
-        """The largest cost an unfinished bound job draws (0 if none)."""
-        return max(self.bound, default=0)
-
-    @property
-    def reserved_cost(self) -> int:
-        """Tokens promised to released jobs not yet claimed."""
-        return sum(self.reserved.values())
-
-    def next_release_at(self, now_ms: int) -> int | None:
-        """When the oldest parked job can be released: its cost plus what is
-        already promised must be affordable. None when nothing is parked, or
-        when only a job finishing (or a claim, or an update) can change it."""
-        if self.parked <= 0:
-            return None
-        return self.pool.eligible_at((self.head_cost or 1) + self.reserved_cost, now_ms)
-
-    def to_wire(self, now_ms: int) -> dict[str, Any]:
-        """The budget object of the wire contract (seed 003's shape plus ``state``)."""
-        return {
-            "key": self.key,
-            "allocation": self.spec.allocation,
-            "strategy": self.spec.strategy.to_dict(),
-            "created_at": self.created_at,
-            "updated_at": self.updated_at,
-            "state": {**self.pool.describe(now_ms), "parked": self.parked},
         }

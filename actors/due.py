@@ -8,8 +8,10 @@ calls :meth:`DueActor.note`, which wakes the actor to look again. Nothing polls.
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
+import attrs
 import trio
 
 from actors.clock import Clock
@@ -23,6 +25,18 @@ class DueWork(Protocol):
 
     async def run_due(self, now_ms: int) -> None:
         """Handle every item due at ``now_ms``."""
+
+
+@attrs.frozen
+class Due:
+    """A :class:`DueWork` made of two calls: the earliest instant, and the work.
+
+    The one adapter every timer uses, so a service hands its actor two of its
+    own methods instead of writing a class for the purpose.
+    """
+
+    earliest: Callable[[], int | None]
+    run_due: Callable[[int], Awaitable[Any]]
 
 
 class DueActor:

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from actors.budget import Budget
+    from actors.budgets import Budget
 
 #: Six hours of one-minute buckets per queue.
 MINUTES = 360

@@ -18,8 +18,10 @@ from typing import Any, Literal
 import attrs
 import cattrs
 
-from actors.budget import BudgetSpec, Strategy
+from actors import budget as spec_parser
+from actors.budget import BudgetSpec, SpecError, parse_spec
 from actors.errors import Refused
+from actors.limits import LEASE_MS, MAX_ATTEMPTS, NAME_RE, NAME_RULE, PRIORITY
 from actors.periodic import Schedule, ScheduleError, parse_schedule
 from actors.policy import Policy, parse_policy
 from actors.quota import Quota, Rate, parse_quota, parse_rate
@@ -31,7 +33,6 @@ from daemon.validation import FieldError, at_least, describe
 GRANTS = frozenset(
     {"produce", "consume", "manage", "set_admission_policy", "clear_admission_policy", "operator"}
 )
-NAME_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 #: The defaults of ``[daemon] admin_write_rate`` and ``admin_write_burst``
 #: (:mod:`daemon.admission.admin_limit` enforces them).
@@ -139,7 +140,7 @@ class RetentionConfig:
 
 def _check_name(_inst: object, attr: attrs.Attribute, value: str) -> None:
     if not NAME_RE.match(value):
-        raise FieldError(attr.name, "must be 1-128 characters of [A-Za-z0-9._:-]")
+        raise FieldError(attr.name, f"must be {NAME_RULE}")
 
 
 def _check_grants(_inst: object, attr: attrs.Attribute, value: tuple[str, ...]) -> None:
@@ -199,9 +200,9 @@ class PeriodicConfig:
     type: str = attrs.field(validator=_check_name)
     namespace: str = attrs.field(default="default", validator=_check_name)
     payload: Any = attrs.field(factory=dict, validator=_check_table)
-    priority: int | None = attrs.field(default=None, validator=_between(0, 65535))
-    max_attempts: int | None = attrs.field(default=None, validator=_between(1, 100_000))
-    lease_ms: Duration | None = attrs.field(default=None, validator=_between(1, 86_400_000))
+    priority: int | None = attrs.field(default=None, validator=_between(*PRIORITY))
+    max_attempts: int | None = attrs.field(default=None, validator=_between(*MAX_ATTEMPTS))
+    lease_ms: Duration | None = attrs.field(default=None, validator=_between(*LEASE_MS))
     every: Duration | None = None
     cron: str | None = None
     tz: str | None = None
@@ -364,7 +365,7 @@ def _policy_tables(
             if not NAME_RE.match(queue) or not isinstance(table, dict):
                 problems.append(
                     f"{where}: expected a [policies.<namespace>.<queue>] table "
-                    "(a queue name is 1-128 characters of [A-Za-z0-9._:-])"
+                    f"(a queue name is {NAME_RULE})"
                 )
                 continue
             try:
@@ -398,31 +399,33 @@ def _budget_specs(raw: dict[str, Any], problems: list[str]) -> dict[str, dict[st
 def _budget_spec(key: str, body: Any) -> BudgetSpec:
     if not NAME_RE.match(key):
         raise ValueError("a budget key is 1-128 characters of [A-Za-z0-9._:-]")
-    if not isinstance(body, dict):
-        raise ValueError("expected a table with allocation and strategy")
-    extra = sorted(set(body) - {"allocation", "strategy"})
-    if extra:
-        raise FieldError(extra[0], "unknown field")
-    allocation = body.get("allocation")
-    if type(allocation) is not int or allocation < 1:
-        raise FieldError("allocation", "must be an integer of at least 1")
-    strategy = body.get("strategy")
-    if not isinstance(strategy, dict):
-        raise FieldError("strategy", 'must be a table such as { type = "while_in_flight" }')
-    extra = sorted(set(strategy) - {"type", "duration_ms", "burst"})
-    if extra:
-        raise FieldError(f"strategy.{extra[0]}", "unknown field")
-    duration = strategy.get("duration_ms")
-    try:
-        duration = None if duration is None else parse_duration_ms(duration)
-    except ValueError as exc:
-        raise FieldError("strategy.duration_ms", str(exc)) from None
-    burst = strategy.get("burst")
-    if burst is not None and (type(burst) is not int or burst < 1):
-        raise FieldError("strategy.burst", "must be an integer of at least 1")
-    if strategy.get("type") not in ("while_in_flight", "time_based"):
-        raise FieldError("strategy.type", "must be while_in_flight or time_based")
-    return BudgetSpec(allocation, Strategy(strategy["type"], duration, burst))
+    try:  # no upper bounds here: a duration may be "30d"
+        return parse_spec(body, most=None, duration=parse_duration_ms)
+    except SpecError as exc:
+        raise _budget_problem(exc, body) from None
+
+
+def _budget_problem(exc: SpecError, body: Any) -> ValueError:
+    """The parser's refusal in the config file's words (a FieldError names its field)."""
+    field, problem = exc.field, exc.problem
+    kind = body["strategy"].get("type") if field.startswith("strategy.") else None
+    if problem == spec_parser.UNKNOWN_FIELD:
+        return FieldError(field, "unknown field")
+    if problem == spec_parser.UNREADABLE:
+        return FieldError(field, exc.detail)
+    if problem == spec_parser.NOT_OBJECT:
+        if field == "strategy":
+            return FieldError(field, 'must be a table such as { type = "while_in_flight" }')
+        return ValueError("expected a table with allocation and strategy")
+    if problem == spec_parser.BAD_TYPE:
+        return FieldError(field, "must be while_in_flight or time_based")
+    if problem == spec_parser.TIME_BASED_ONLY or (
+        field == "strategy.duration_ms" and kind == spec_parser.WHILE_IN_FLIGHT  # "0s"
+    ):
+        return ValueError("while_in_flight takes neither duration_ms nor burst")
+    if field == "strategy.duration_ms":  # BAD_COUNT (0) or REQUIRED
+        return ValueError("strategy.duration_ms must be a positive integer for time_based")
+    return FieldError(field, "must be an integer of at least 1")  # allocation, burst
 
 
 def load_config(path: str | os.PathLike[str] | None = None) -> Config:

@@ -16,9 +16,10 @@ import sqlite_utils
 import trio
 
 from actors import lifecycle as lc
-from actors.budget import Budget
+from actors.budgets import Budgets
 from actors.clock import Clock
 from actors.counts import QueueCounts
+from actors.due import Due
 from actors.history import History
 from actors.ids import IdMint
 from actors.namespace import Namespaces
@@ -65,8 +66,16 @@ class Core:
         self.ids = IdMint()
         self.metrics = Metrics(config.daemon.metrics_max_queues)
         self.history = History()  # the board's pictures (bounded, in memory)
-        self.reaper = LeaseReaper(clock, _Lapsed(self))
-        self.delay_timer = DelayTimer(clock, _Due(self))
+        self.reaper = LeaseReaper(
+            clock,
+            Due(lambda: sql.earliest_lease_expiry(self.conn),
+                lambda _now: self.writer.write(self.reap_lapsed)),
+        )  # fmt: skip
+        self.delay_timer = DelayTimer(
+            clock,
+            Due(lambda: sql.earliest_scheduled(self.conn),
+                lambda _now: self.writer.write(self.promote_due)),
+        )  # fmt: skip
         self.started_at = clock.now_ms()
         self.draining = False
         #: Called once when the daemon starts draining.
@@ -78,7 +87,7 @@ class Core:
         #: lease in the store, so a stale entry is harmless. Bounded: jobs with
         #: big payloads, or past the cap, are simply looked up in the store.
         self.running: dict[str, sql.Row] = {}
-        self.budgets: dict[QueueKey, Budget] = {}  # by (namespace, key)
+        self.budgets = Budgets()
         self.budget_gate = BudgetGate(self)
         self.namespaces = Namespaces()
         self.door = Door(self)
@@ -96,7 +105,7 @@ class Core:
         """Rebuild in-memory state from the store."""
         self.counts.load(sql.state_counts(self.conn))
         self.known_queues = {(ns, q) for ns, q, _c, _d in queue_sql.all_queues(self.conn)}
-        self.budgets = {(r[0], r[1]): budget_sql.load(r) for r in budget_sql.all_budgets(self.conn)}
+        self.budgets.load(budget_sql.load(r) for r in budget_sql.all_budgets(self.conn))
         self.budget_gate.recover()
         self.policies.load()
         quotas.reload(self)
@@ -416,29 +425,3 @@ class Core:
         target = self.reaper.target
         if target is not None and target <= now:
             self.reap_lapsed(tx)
-
-
-class _Due:
-    """The delay timer's view of the store."""
-
-    def __init__(self, core: Core) -> None:
-        self._core = core
-
-    def earliest(self) -> int | None:
-        return sql.earliest_scheduled(self._core.conn)
-
-    async def run_due(self, now_ms: int) -> None:
-        await self._core.writer.write(self._core.promote_due)
-
-
-class _Lapsed:
-    """The lease reaper's view of the store."""
-
-    def __init__(self, core: Core) -> None:
-        self._core = core
-
-    def earliest(self) -> int | None:
-        return sql.earliest_lease_expiry(self._core.conn)
-
-    async def run_due(self, now_ms: int) -> None:
-        await self._core.writer.write(self._core.reap_lapsed)

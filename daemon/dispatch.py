@@ -18,11 +18,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from actors.errors import Refused, internal_error, invalid
+from actors.limits import NAME_RE, NAME_RULE
 from daemon.admission.admin_limit import ADMIN_WRITES
 from daemon.session import Session
 from daemon.verbs import VERBS, Call
 from daemon.verbs.table import Later, Plan
-from daemon.wire import NAME_RE, structure
+from daemon.wire import structure
 
 if TYPE_CHECKING:
     from actors.router import EventSink
@@ -58,7 +59,7 @@ def prepare(
     if "namespace" in args:
         target = args.pop("namespace")
         if not isinstance(target, str) or not NAME_RE.match(target):
-            raise invalid("namespace", "namespace must be 1-128 characters of [A-Za-z0-9._:-]")
+            raise invalid("namespace", f"namespace must be {NAME_RULE}")
         if target != namespace:
             if not session.has("operator"):
                 raise Refused("forbidden", "naming another namespace needs the operator grant")

@@ -24,6 +24,7 @@ from typing import Any
 import attrs
 
 from actors.lifecycle import STATES
+from actors.limits import NAME_RE
 from daemon import __version__
 from daemon.openapi_shapes import (
     ANSWERS,
@@ -43,7 +44,7 @@ from daemon.openapi_shapes import (
     ref,
 )
 from daemon.verbs import VERBS
-from daemon.wire import NAME_RE, between, json_value, name, text
+from daemon.wire import between, json_value, name, text
 
 #: Verbs the HTTP transport refuses (they need a connection of their own).
 SOCKET_ONLY = frozenset({"hello", "subscribe"})

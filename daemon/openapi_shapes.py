@@ -12,7 +12,7 @@ from typing import Any
 
 from actors.errors import STATUS
 from actors.lifecycle import STATES
-from daemon.wire import NAME_RE
+from actors.limits import MAX_TOKENS, NAME_RE, PRIORITY
 
 Schema = dict[str, Any]
 
@@ -58,8 +58,8 @@ STRATEGY: Schema = {
     "required": ["type"],
     "properties": {
         "type": {"type": "string", "enum": ["while_in_flight", "time_based"]},
-        "duration_ms": {"type": "integer", "minimum": 1, "maximum": 2**31 - 1},
-        "burst": {"type": "integer", "minimum": 1, "maximum": 2**31 - 1},
+        "duration_ms": {"type": "integer", "minimum": 1, "maximum": MAX_TOKENS},
+        "burst": {"type": "integer", "minimum": 1, "maximum": MAX_TOKENS},
     },
     "additionalProperties": False,
 }
@@ -83,13 +83,17 @@ QUOTA: Schema = {
 #: show, by ``<class name>.<field>``.
 FIELD_SCHEMAS: dict[str, Schema] = {
     "BudgetSetArgs.strategy": STRATEGY,
-    "BudgetPatchArgs.allocation": {"type": ["integer", "null"], "minimum": 1, "maximum": 2**31 - 1},
+    "BudgetPatchArgs.allocation": {
+        "type": ["integer", "null"],
+        "minimum": 1,
+        "maximum": MAX_TOKENS,
+    },
     "BudgetPatchArgs.strategy": {"type": ["object", "null"]},
     "BindingArgs.create_with": {
         "type": ["object", "null"],
         "required": ["allocation", "strategy"],
         "properties": {
-            "allocation": {"type": "integer", "minimum": 1, "maximum": 2**31 - 1},
+            "allocation": {"type": "integer", "minimum": 1, "maximum": MAX_TOKENS},
             "strategy": STRATEGY,
         },
         "additionalProperties": False,
@@ -139,7 +143,7 @@ COMPONENTS: dict[str, Schema] = {
             "queue": NAME,
             "type": NAME,
             "payload": ANY,
-            "priority": {"type": "integer", "minimum": 0, "maximum": 65535},
+            "priority": {"type": "integer", "minimum": PRIORITY[0], "maximum": PRIORITY[1]},
             "status": {"type": "string", "enum": list(STATES)},
             "attempts": INT,
             "max_attempts": INT,

@@ -7,7 +7,6 @@ Any failure becomes one ``invalid_argument`` refusal naming the first bad field.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -15,11 +14,11 @@ import attrs
 import orjson
 
 from actors.errors import Refused, invalid
+from actors.limits import NAME_RE, NAME_RULE
 from daemon.strict import strict_converter
 from daemon.validation import describe
 
 T = TypeVar("T")
-NAME_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
 converter = strict_converter()
@@ -66,14 +65,7 @@ def _name_refused_fields(exc: BaseException) -> None:
 def name(_inst: Any, attr: attrs.Attribute, value: str | None) -> None:
     """A namespace, queue, type or budget key: 1-128 bytes of ``[A-Za-z0-9._:-]``."""
     if value is not None and not NAME_RE.match(value):
-        raise invalid(attr.name, f"{attr.name} must be 1-128 characters of [A-Za-z0-9._:-]")
-
-
-#: The latest instant an argument may name (9999-12-31T23:59:59.999Z), and the
-#: longest duration (100 years): far beyond any schedule, well inside the
-#: store's 64-bit integers once added to now.
-MAX_INSTANT_MS = 253_402_300_799_999
-MAX_DURATION_MS = 3_155_760_000_000
+        raise invalid(attr.name, f"{attr.name} must be {NAME_RULE}")
 
 
 def between(lo: int, hi: int | None = None) -> Callable[[Any, attrs.Attribute, Any], None]:

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from actors import lifecycle as lc
-from actors.budget import Budget
-from actors.due import DueActor
+from actors.budgets import Budget, Budgets
+from actors.due import Due, DueActor
 from actors.errors import Refused
 from daemon.store import budgets as budget_sql
 from daemon.store import jobs as sql
@@ -50,11 +50,25 @@ RELEASE_BATCH = 1000
 UNFINISHED = (lc.SCHEDULED, lc.PENDING, lc.RUNNING)
 
 
-def bindings(text: str | None) -> list[tuple[str, int]]:
-    """A job's stored ``budgets`` column as ``(key, cost)`` pairs."""
+Bindings = tuple[tuple[str, int], ...]
+#: Stored ``budgets`` texts parsed already (bounded): the jobs of one kind share
+#: one text, so each binding is parsed once, not again at every debit and park.
+_PARSED: dict[str, Bindings] = {}
+_PARSED_MAX = 4096
+
+
+def bindings(text: str | None) -> Bindings:
+    """A job's stored ``budgets`` column as ``(key, cost)`` pairs (the stored
+    format stays JSON; its parsed form is kept)."""
     if text is None:
-        return []
-    return [(b["key"], b["cost"]) for b in orjson.loads(text)]
+        return ()
+    parsed = _PARSED.get(text)
+    if parsed is None:
+        parsed = tuple((b["key"], b["cost"]) for b in orjson.loads(text))
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.clear()
+        _PARSED[text] = parsed
+    return parsed
 
 
 def cost_for(text: str | None, key: str) -> int:
@@ -71,12 +85,14 @@ class BudgetGate:
         self.parked_by_queue: dict[QueueKey, dict[str, int]] = {}
         #: Budgets with parked jobs: what the waker looks at.
         self.waiting: set[QueueKey] = set()
-        self.waker = DueActor(core.clock, _Release(self))
+        self.waker = DueActor(
+            core.clock, Due(self.earliest, lambda _now: core.writer.write(self.release_due))
+        )
         #: Set by a claim that parked its limit of jobs: there may be more.
         self.parks_left = PARK_PER_CLAIM
 
     @property
-    def budgets(self) -> dict[QueueKey, Budget]:
+    def budgets(self) -> Budgets:
         return self._core.budgets
 
     def _resolve(self, namespace: str, text: str | None) -> list[tuple[Budget, int]]:
@@ -97,17 +113,13 @@ class BudgetGate:
         self.parked_by_queue.clear()
         self.waiting.clear()
         for budget in self.budgets.values():
-            budget.parked, budget.head_cost = 0, None
-            budget.bound.clear()
-            budget.reserved.clear()
-            budget.holders.clear()
-            budget.pool.in_flight = 0
+            budget.reset()
         for namespace, queue, key, n in sql.parked_counts(conn):
             budget = self.budgets.get((namespace, key))
             if budget is None:
                 log.warning("%d job(s) parked on missing budget %r/%r", n, namespace, key)
                 continue
-            budget.parked += n
+            budget.park(None, n)
             per_queue = self.parked_by_queue.setdefault((namespace, queue), {})
             per_queue[key] = per_queue.get(key, 0) + n
             self.waiting.add((namespace, key))
@@ -115,8 +127,7 @@ class BudgetGate:
             for budget, cost in self._resolve(namespace, text):
                 budget.bind(cost)
                 if state == lc.RUNNING:
-                    budget.pool.in_flight += cost
-                    budget.holders.add(job_id)
+                    budget.recover_running(job_id, cost)
 
     # -- enqueue ----------------------------------------------------------------
 
@@ -189,21 +200,9 @@ class BudgetGate:
             if not budget.pool.can_debit(cost, now):
                 return budget
         job_id = row[sql.ID]
-        before = [(b, b.pool.raw(), b.reserved.get(job_id)) for b, _c in resolved]
         for budget, cost in resolved:
-            budget.pool.debit(cost, now)
-            budget.holders.add(job_id)
-            budget.reserved.pop(job_id, None)
+            tx.undo(budget.debit(job_id, cost, now))
             _save_pool(tx, budget)
-
-        def undo() -> None:
-            for budget, raw, reserved in before:
-                budget.pool.restore(raw)
-                budget.holders.discard(job_id)
-                if reserved is not None:
-                    budget.reserved[job_id] = reserved
-
-        tx.undo(undo)
         metrics = self._core.metrics
         tx.after(lambda: [metrics.budget_debited(b.key, c) for b, c in resolved])
         return None
@@ -216,9 +215,9 @@ class BudgetGate:
         self._count_parked(tx, budget, queue, cost_for(row[sql.BUDGETS], budget.key), 1)
         # A released job that comes back no longer holds its promise.
         for other, _cost in self._resolve(row[sql.NAMESPACE], row[sql.BUDGETS]):
-            promised = other.reserved.pop(job_id, None)
-            if promised is not None:
-                tx.undo(lambda o=other, p=promised: o.reserved.__setitem__(job_id, p))
+            undo = other.unreserve(job_id)
+            if undo is not None:
+                tx.undo(undo)
                 tx.after(lambda o=other: self._wake(o))
 
     def _count_parked(self, tx: Tx, budget: Budget, queue: QueueKey, cost: int, n: int,
@@ -228,12 +227,7 @@ class BudgetGate:
         ``newest``: the parked job is younger than every other parked on it
         (a new job), so the head stays; a job parked by a claim may be older.
         """
-        head = budget.head_cost
-        budget.parked += n
-        if n > 0 and budget.parked == n:
-            budget.head_cost = cost
-        elif n > 0 and not newest:
-            budget.head_cost = None
+        undo_park = budget.park(cost, n, newest=newest)
         key = (budget.namespace, budget.key)
         was_waiting = key in self.waiting
         if budget.parked > 0:
@@ -242,8 +236,7 @@ class BudgetGate:
             self.waiting.discard(key)
 
         def undo() -> None:
-            budget.parked -= n
-            budget.head_cost = head
+            undo_park()
             if was_waiting:
                 self.waiting.add(key)
             else:
@@ -271,18 +264,8 @@ class BudgetGate:
         target = after[sql.STATE]
         job_id = after[sql.ID]
         if source == lc.RUNNING and target != lc.RUNNING:
-            before = [(b, b.pool.raw(), job_id in b.holders) for b, _c in resolved]
             for budget, cost in resolved:
-                budget.pool.credit(cost)
-                budget.holders.discard(job_id)
-
-            def undo() -> None:
-                for budget, raw, held in before:
-                    budget.pool.restore(raw)
-                    if held:
-                        budget.holders.add(job_id)
-
-            tx.undo(undo)
+                tx.undo(budget.credit(job_id, cost))
             tx.after(lambda: [self._wake(b) for b, _c in resolved])
         was, now = source in UNFINISHED, target in UNFINISHED
         if was != now:
@@ -313,7 +296,7 @@ class BudgetGate:
             cost = cost_for(before[sql.BUDGETS], key)
             queue = (before[sql.NAMESPACE], before[sql.QUEUE])
             self._count_parked(tx, budget, queue, cost, -1)
-            budget.head_cost = None
+            budget.head_is(None)
 
     def claimed_admission(self, row: sql.Row, now_ms: int) -> dict[str, Any] | None:
         """``admission`` of a successful claim: each budget's tokens left."""
@@ -349,7 +332,7 @@ class BudgetGate:
                 continue
             if budget.head_cost is None:
                 oldest = sql.parked_oldest(self._core.conn, key[0], key[1], 1)
-                budget.head_cost = cost_for(oldest[0][2], key[1]) if oldest else 1
+                budget.head_is(cost_for(oldest[0][2], key[1]) if oldest else 1)
             at = budget.next_release_at(now)
             if at is not None and (best is None or at < best):
                 best = at
@@ -374,7 +357,8 @@ class BudgetGate:
         if not rows:  # the count disagrees with the store: trust the store, never spin
             log.error("budget %r/%r counted %d parked jobs, the store has none",
                       budget.namespace, budget.key, budget.parked)  # fmt: skip
-            budget.parked, budget.head_cost = 0, None
+            budget.park(None, -budget.parked)
+            budget.head_is(None)
             self.waiting.discard((budget.namespace, budget.key))
             return
         promised = budget.reserved_cost
@@ -388,17 +372,15 @@ class BudgetGate:
             promised += cost
             released.append((job_id, queue, cost))
         if not released:
-            budget.head_cost = head
+            budget.head_is(head)
             return
         sql.unpark(tx.conn, [job_id for job_id, _q, _c in released])
         per_queue: dict[str, int] = {}
-        for job_id, queue, cost in released:
+        for _job_id, queue, cost in released:
             self._count_parked(tx, budget, (budget.namespace, queue), cost, -1)
-            budget.reserved[job_id] = cost
             per_queue[queue] = per_queue.get(queue, 0) + 1
-        ids = [job_id for job_id, _q, _c in released]
-        tx.undo(lambda: [budget.reserved.pop(i, None) for i in ids])
-        budget.head_cost = head
+        tx.undo(budget.reserve([(job_id, cost) for job_id, _q, cost in released]))
+        budget.head_is(head)
         namespace, core = budget.namespace, self._core
         tx.after(lambda: [core.released((namespace, q), n) for q, n in per_queue.items()])
 
@@ -464,23 +446,9 @@ class BudgetGate:
 
 
 def _change_bound(tx: Tx, budget: Budget, cost: int, n: int) -> None:
-    budget.bind(cost, n)
-    tx.undo(lambda: budget.bind(cost, -n))
+    tx.undo(budget.bind(cost, n))
 
 
 def _save_pool(tx: Tx, budget: Budget) -> None:
     state = budget.pool.snapshot(tx.now_ms)
     budget_sql.save_pool(tx.conn, budget.namespace, budget.key, state)
-
-
-class _Release:
-    """The budgets' waker's view: when the next release is due, and doing it."""
-
-    def __init__(self, gate: BudgetGate) -> None:
-        self._gate = gate
-
-    def earliest(self) -> int | None:
-        return self._gate.earliest()
-
-    async def run_due(self, now_ms: int) -> None:
-        await self._gate._core.writer.write(self._gate.release_due)

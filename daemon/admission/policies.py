@@ -23,7 +23,7 @@ import orjson
 
 from actors import lifecycle as lc
 from actors.budget import TokenPool
-from actors.due import DueActor
+from actors.due import Due, DueActor
 from actors.errors import Refused
 from actors.policy import Policy, PolicyState, Status, parse_policy
 from daemon.store import audit
@@ -44,7 +44,7 @@ class Policies:
     def __init__(self, core: Core) -> None:
         self._core = core
         self.states: dict[QueueKey, PolicyState] = {}
-        self.reopener = DueActor(core.clock, _Reopen(self))
+        self.reopener = DueActor(core.clock, Due(self.earliest, self.reopen_due))
         #: Policy writes per (namespace, token): a token bucket each.
         self.write_limits: dict[tuple[str, str], TokenPool] = {}
 
@@ -257,8 +257,9 @@ class Policies:
         due = [s.reopen_at for s in self.states.values() if s.reopen_at is not None]
         return min(due, default=None)
 
-    def reopen_due(self) -> None:
-        """A boundary passed: every queue whose new window admits rings once."""
+    async def reopen_due(self, _now_ms: int) -> None:
+        """A boundary passed: every queue whose new window admits rings once (the
+        reopen timer's work)."""
         now = self._core.clock.now_ms()
         for key, state in list(self.states.items()):
             if state.reopen_at is not None and state.reopen_at <= now:
@@ -277,16 +278,3 @@ class Policies:
                 out.append({"queue": queue, "pending": pending, **status.to_dict()})
                 del out[-1]["state"]
         return out
-
-
-class _Reopen:
-    """The reopen timer's view: the next boundary, and what to do at it."""
-
-    def __init__(self, policies: Policies) -> None:
-        self._policies = policies
-
-    def earliest(self) -> int | None:
-        return self._policies.earliest()
-
-    async def run_due(self, now_ms: int) -> None:
-        self._policies.reopen_due()

@@ -13,9 +13,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from actors.errors import Refused
+from actors.limits import NAME_RE
 from daemon.dispatch import answer, dispatch, prepare
 from daemon.session import Session
-from daemon.wire import NAME_RE
 
 if TYPE_CHECKING:
     from daemon.core import Core

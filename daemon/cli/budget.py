@@ -19,18 +19,16 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 import time
 from typing import Any
 
+from actors.limits import MAX_TOKENS, NAME_RE
 from daemon.cli.context import Context, UsageError
 from daemon.cli.jobs import int_range
 from daemon.cli.output import emit_json, local_time, table
 from daemon.durations import format_duration_ms, parse_duration_ms
 
 STRATEGIES = ("while_in_flight", "time_based")
-MAX_TOKENS = 2**31 - 1  # seed 003: allocation and burst are int32
-KEY_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 HEADERS = ("KEY", "ALLOCATION", "STRATEGY", "AVAILABLE", "IN FLIGHT", "PARKED", "NEXT REFILL")
 #: ``--burst null`` in ``patch``: reset the burst to its default.
 RESET = "null"
@@ -38,7 +36,7 @@ RESET = "null"
 
 def budget_key(text: str) -> str:
     """An argparse type: a budget key (1-128 of ``[A-Za-z0-9._:-]``)."""
-    if not KEY_RE.match(text):
+    if not NAME_RE.match(text):
         raise argparse.ArgumentTypeError(f"bad budget key {text!r}: 1-128 of [A-Za-z0-9._:-]")
     return text
 

@@ -6,20 +6,19 @@
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from collections.abc import Callable
 from typing import Any
 
 import orjson
 
+from actors.limits import MAX_TOKENS, NAME_RE, PRIORITY
 from daemon.cli.context import Context, UsageError
 from daemon.cli.output import compact, emit_json, local_instant, local_time, shorten, table
 from daemon.sdk.protocol import drop_none
 from daemon.transport.wide_ints import find_wide_int
 
 STATES = ("scheduled", "pending", "running", "completed", "dead")
-KEY_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
 def int_range(lo: int, hi: int | None = None) -> Any:
@@ -38,9 +37,6 @@ def int_range(lo: int, hi: int | None = None) -> Any:
     return parse
 
 
-MAX_COST = 2**31 - 1  # seed 003: costs, like allocations, are int32
-
-
 def budget_binding(text: str) -> dict[str, Any]:
     """``--budget KEY[:COST]`` as a binding ``{key, cost?}`` (argparse names the option).
 
@@ -56,11 +52,13 @@ def budget_binding(text: str) -> dict[str, Any]:
             f"{text!r}: COST after the last ':' must be a whole number, got {cost!r}"
             " (a key containing ':' is written with its cost: KEY:COST)"
         )
-    elif not 1 <= int(cost) <= MAX_COST:
-        raise argparse.ArgumentTypeError(f"{text!r}: COST must be from 1 to {MAX_COST}, got {cost}")
+    elif not 1 <= int(cost) <= MAX_TOKENS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: COST must be from 1 to {MAX_TOKENS}, got {cost}"
+        )
     if not key:
         raise argparse.ArgumentTypeError(f"{text!r}: the budget KEY is missing (KEY[:COST])")
-    if not KEY_RE.match(key):
+    if not NAME_RE.match(key):
         raise argparse.ArgumentTypeError(f"bad budget key {key!r}: 1-128 of [A-Za-z0-9._:-]")
     return {"key": key, "cost": int(cost)} if cost else {"key": key}
 
@@ -86,7 +84,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("queue", metavar="QUEUE")
     p.add_argument("type", metavar="TYPE")
     p.add_argument("--payload", metavar="JSON", help="the payload as JSON, or - for stdin")
-    p.add_argument("--priority", type=int_range(0, 65535), help="0-65535, lower runs first")
+    p.add_argument("--priority", type=int_range(*PRIORITY), help="0-65535, lower runs first")
     p.add_argument("--delay-ms", type=int_range(0), metavar="N", help="run no sooner than N ms")
     p.add_argument("--max-attempts", type=int_range(1), metavar="N")
     p.add_argument("--lease-ms", type=int_range(1), metavar="N")

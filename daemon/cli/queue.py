@@ -29,6 +29,7 @@ import time
 from datetime import datetime, tzinfo
 from typing import Any
 
+from actors.limits import NAME_RE
 from daemon.cli.context import Context, UsageError
 from daemon.cli.jobs import int_range
 from daemon.cli.output import emit_json
@@ -39,7 +40,6 @@ MAX_IN_FLIGHT = 10_000
 MAX_CLAIMS = 1_000_000
 PERIODS = ("hour", "day", "week")
 WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
-NAME_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 START_RE = re.compile(r"^([01][0-9]|2[0-3]):([0-5][0-9])$")
 DAY_MS = 86_400_000
 DOT = " · "

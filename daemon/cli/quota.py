@@ -21,12 +21,12 @@ import math
 import re
 from typing import Any
 
+from actors.limits import NAME_RE
 from daemon.cli.context import Context, UsageError
 from daemon.cli.output import compact, emit_json
 
 #: The largest count a limit takes (``actors.quota.MAX_LIMIT``: int64).
 MAX_LIMIT = 2**63 - 1
-NAME_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 RATE_RE = re.compile(r"^([0-9]+)/(s|m|h)$")
 #: The document's fields ``quota set`` sets, with their options, in display order.
 FIELDS = (

@@ -7,7 +7,8 @@ from typing import Any
 
 import orjson
 
-from actors.budget import Budget, BudgetSpec, PoolState, Strategy, TokenPool
+from actors.budget import BudgetSpec, PoolState, Strategy, TokenPool
+from actors.budgets import Budget
 
 _COLS = (
     "namespace, key, allocation, strategy, created_at, updated_at, units, as_of_ms, in_flight, "

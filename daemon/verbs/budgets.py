@@ -16,8 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from actors.budget import Budget, BudgetSpec, Strategy, TokenPool
+from actors import budget as spec_parser
+from actors.budget import BudgetSpec, SpecError, Strategy, TokenPool
+from actors.budgets import Budget
 from actors.errors import Refused, invalid, not_found
+from actors.limits import MAX_TOKENS
 from daemon.store import audit
 from daemon.store import budgets as budget_sql
 from daemon.store.database import Tx
@@ -27,32 +30,34 @@ from daemon.wire import between, name
 if TYPE_CHECKING:
     from daemon.core import Core
 
-MAX_TOKENS = 2**31 - 1  # seed 003: allocation and burst are int32
 ABSENT: Any = object()
+
+#: Seed 003's texts for a refused strategy field ``{f}`` (actors.budget's problems).
+_WORDS = {
+    spec_parser.NOT_OBJECT: "{f} must be an object",
+    spec_parser.BAD_TYPE: "{f} must be while_in_flight or time_based",
+    spec_parser.BAD_COUNT: f"{{f}} must be an integer from 1 to {MAX_TOKENS}",
+    spec_parser.REQUIRED: "{f} is required for time_based",
+    spec_parser.TIME_BASED_ONLY: "{f} applies to time_based budgets only",
+}
+
+
+def strategy_refused(exc: SpecError, base: str = "strategy") -> Refused:
+    """``invalid_argument`` for a strategy refused by the parser, its field under ``base``
+    (``strategy``, or ``create_with.strategy``)."""
+    field = base + exc.field.removeprefix("strategy")
+    if exc.problem == spec_parser.UNKNOWN_FIELD:
+        parent, _dot, name_ = field.rpartition(".")
+        return invalid(field, f"{parent}: unknown field {name_!r}")
+    return invalid(field, _WORDS[exc.problem].format(f=field))
 
 
 def parse_strategy(value: Any, field: str = "strategy") -> Strategy:
     """A wire strategy object to a :class:`Strategy`, or ``invalid_argument``."""
-    if not isinstance(value, dict):
-        raise invalid(field, f"{field} must be an object")
-    extra = sorted(set(value) - {"type", "duration_ms", "burst"})
-    if extra:
-        raise invalid(f"{field}.{extra[0]}", f"{field}: unknown field {extra[0]!r}")
-    kind = value.get("type")
-    if kind not in ("while_in_flight", "time_based"):
-        raise invalid(f"{field}.type", f"{field}.type must be while_in_flight or time_based")
-    duration, burst = value.get("duration_ms"), value.get("burst")
-    for part, number in (("duration_ms", duration), ("burst", burst)):
-        if number is not None and (type(number) is not int or not 1 <= number <= MAX_TOKENS):
-            raise invalid(
-                f"{field}.{part}", f"{field}.{part} must be an integer from 1 to {MAX_TOKENS}"
-            )
-    if kind == "time_based" and duration is None:
-        raise invalid(f"{field}.duration_ms", f"{field}.duration_ms is required for time_based")
-    if kind == "while_in_flight" and (duration is not None or burst is not None):
-        bad = "duration_ms" if duration is not None else "burst"
-        raise invalid(f"{field}.{bad}", f"{field}.{bad} applies to time_based budgets only")
-    return Strategy(kind, duration, burst)
+    try:
+        return spec_parser.parse_strategy(value)
+    except SpecError as exc:
+        raise strategy_refused(exc, field) from None
 
 
 def _save(tx: Tx, budget: Budget) -> None:
@@ -127,8 +132,7 @@ def create_budget(
             limit="max_budgets", value=count + 1, max=limit,
         )  # fmt: skip
     budget = Budget(namespace, key, TokenPool(spec, tx.now_ms), tx.now_ms, tx.now_ms, source)
-    core.budgets[(namespace, key)] = budget
-    tx.undo(lambda: core.budgets.pop((namespace, key), None))
+    tx.undo(core.budgets.add(budget))
     return _store(tx, actor, budget, "create", None)
 
 
@@ -143,15 +147,7 @@ def _update(
             "Raise the allocation, delete them, or wait for them to drain.",
         )
     before = budget.to_wire(tx.now_ms)
-    old = (budget.pool.spec, budget.pool.raw(), budget.updated_at, budget.source)
-    budget.pool.update(spec, tx.now_ms)  # never creates tokens
-    budget.updated_at, budget.source = tx.now_ms, source
-
-    def undo() -> None:
-        budget.pool.spec, raw, budget.updated_at, budget.source = old
-        budget.pool.restore(raw)
-
-    tx.undo(undo)
+    tx.undo(budget.update(spec, tx.now_ms, source))  # never creates tokens
     tx.after(lambda: core.budget_gate.settings_changed(budget))
     return _store(tx, actor, budget, "update", before)
 
@@ -188,8 +184,7 @@ def _answer(core: Core) -> Any:
 def budget_list(core: Core, call: Call, _a: NoArgs) -> Plan:
     """Every budget of the namespace, by key."""
     now = core.clock.now_ms()
-    mine = sorted(b for (ns, b) in core.budgets if ns == call.namespace)
-    return answer_now({"budgets": [core.budgets[(call.namespace, k)].to_wire(now) for k in mine]})
+    return answer_now({"budgets": [b.to_wire(now) for b in core.budgets.of(call.namespace)]})
 
 
 @verb("budget_get", ("manage",), BudgetKeyArgs, manage=True)
@@ -273,8 +268,7 @@ def budget_delete(core: Core, call: Call, a: BudgetKeyArgs) -> Plan:
             target_kind="budget", target=a.key, action="delete",
             before=budget.to_wire(tx.now_ms), after=None,
         )  # fmt: skip
-        core.budgets.pop((call.namespace, a.key))
-        tx.undo(lambda: core.budgets.__setitem__((call.namespace, a.key), budget))
+        tx.undo(core.budgets.remove(call.namespace, a.key))
         return {}
 
     return Plan(write)

@@ -13,6 +13,7 @@ import attrs
 
 from actors import lifecycle as lc
 from actors.errors import Refused, invalid, not_found
+from actors.limits import JOB_ID_LEN
 from daemon.admission import quotas
 from daemon.store import jobs as sql
 from daemon.store.database import Tx
@@ -30,7 +31,7 @@ MAX_REPLAY = 1000
 class DeadListArgs:
     queue: str | None = attrs.field(default=None, validator=name)
     limit: int = attrs.field(default=100, validator=between(1, 1000))
-    after: str | None = attrs.field(default=None, validator=text(64))
+    after: str | None = attrs.field(default=None, validator=text(JOB_ID_LEN))
 
 
 @verb("dead_list", ("manage",), DeadListArgs)
@@ -44,7 +45,7 @@ def _ids(_inst: Any, attr: attrs.Attribute, value: list[str] | None) -> None:
         if not 1 <= len(value) <= MAX_REPLAY:
             raise invalid(attr.name, f"job_ids must hold 1-{MAX_REPLAY} ids")
         for job_id in value:
-            text(64)(_inst, attr, job_id)
+            text(JOB_ID_LEN)(_inst, attr, job_id)
 
 
 @attrs.frozen
@@ -54,7 +55,7 @@ class DeadReplayArgs:
     queue: str | None = attrs.field(default=None, validator=name)
     limit: int = attrs.field(default=MAX_REPLAY, validator=between(1, MAX_REPLAY))
     #: With ``all``: continue after this id (the ``next`` of the previous answer).
-    after: str | None = attrs.field(default=None, validator=text(64))
+    after: str | None = attrs.field(default=None, validator=text(JOB_ID_LEN))
 
     def __attrs_post_init__(self) -> None:
         if (self.job_ids is None) == (not self.all):

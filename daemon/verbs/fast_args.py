@@ -8,6 +8,8 @@ anything unusual) return None, and :func:`daemon.wire.structure` hands them to
 the converter, which refuses them with the usual field and message. So both
 paths answer alike, and the converter stays the one place that words errors.
 
+The limits are :mod:`actors.limits`'s, the ones the attrs validators read.
+
 Each check is registered only if its class still has exactly the fields it was
 written for; a class that gained or lost a field falls back to the converter
 until its check is updated.
@@ -20,10 +22,27 @@ from typing import Any
 import attrs
 import orjson
 
-from daemon.verbs import producing, working
+from actors.limits import (
+    CLAIM_MAX,
+    CLAIM_QUEUES,
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_PRIORITY,
+    JOB_ID_LEN,
+    LEASE_MS,
+    LEASE_TOKEN_LEN,
+    MAX_ATTEMPTS,
+    MAX_BATCH,
+    MAX_COMPLETIONS,
+    MAX_DURATION_MS,
+    MAX_INSTANT_MS,
+    MAX_WAIT_MS,
+    NAME_RE,
+    PRIORITY,
+    UNIQUE_KEY_LEN,
+)
 from daemon.verbs.producing import EnqueueArgs, EnqueueManyArgs
 from daemon.verbs.working import ClaimNextArgs, CompleteArgs, CompleteManyArgs
-from daemon.wire import FAST, MAX_DURATION_MS, MAX_INSTANT_MS, NAME_RE
+from daemon.wire import FAST
 
 _new = object.__new__
 _set = object.__setattr__
@@ -90,19 +109,19 @@ def enqueue_args(args: Any) -> EnqueueArgs | None:
     if not (_name(queue) and _name(type_)):
         return None
     payload = get("payload", {})
-    priority = get("priority", producing.DEFAULT_PRIORITY)
+    priority = get("priority", DEFAULT_PRIORITY)
     delay_ms, ready_at = get("delay_ms"), get("ready_at")
-    max_attempts = get("max_attempts", producing.DEFAULT_MAX_ATTEMPTS)
+    max_attempts = get("max_attempts", DEFAULT_MAX_ATTEMPTS)
     lease_ms, unique_key = get("lease_ms"), get("unique_key")
     debounce_ms, budgets = get("debounce_ms"), get("budgets")
     if not (
-        _int(priority, 0, 65535)
-        and _int(max_attempts, 1, 100_000)
+        _int(priority, *PRIORITY)
+        and _int(max_attempts, *MAX_ATTEMPTS)
         and _opt_int(delay_ms, 0, MAX_DURATION_MS)
         and _opt_int(ready_at, 0, MAX_INSTANT_MS)
         and (delay_ms is None or ready_at is None)
-        and _opt_int(lease_ms, 1, 86_400_000)
-        and (unique_key is None or _text(unique_key, 255))
+        and _opt_int(lease_ms, *LEASE_MS)
+        and (unique_key is None or _text(unique_key, UNIQUE_KEY_LEN))
         and (
             debounce_ms is None
             or (unique_key is not None and _int(debounce_ms, 0, MAX_DURATION_MS))
@@ -146,10 +165,11 @@ def _batch(args: Any, check: Any, most: int, cls: type) -> Any:
 
 def enqueue_many_args(args: Any) -> EnqueueManyArgs | None:
     """A whole ``enqueue_many``, if every job of it is surely valid."""
-    return _batch(args, enqueue_args, producing.MAX_BATCH, EnqueueManyArgs)  # type: ignore[no-any-return]
+    return _batch(args, enqueue_args, MAX_BATCH, EnqueueManyArgs)  # type: ignore[no-any-return]
 
 
 _CLAIM_KEYS = frozenset(("queues", "max", "wait_ms", "lease_ms"))
+_QUEUES_LO, _QUEUES_HI = CLAIM_QUEUES
 
 
 def claim_next_args(args: Any) -> ClaimNextArgs | None:
@@ -157,7 +177,7 @@ def claim_next_args(args: Any) -> ClaimNextArgs | None:
     if type(args) is not dict or not args.keys() <= _CLAIM_KEYS:
         return None
     queues = args.get("queues")
-    if type(queues) is not list or not 1 <= len(queues) <= 100:
+    if type(queues) is not list or not _QUEUES_LO <= len(queues) <= _QUEUES_HI:
         return None
     for queue in queues:
         if not _name(queue):
@@ -166,9 +186,7 @@ def claim_next_args(args: Any) -> ClaimNextArgs | None:
     wait_ms = args.get("wait_ms", 0)
     lease_ms = args.get("lease_ms")
     if not (
-        _int(limit, 1, 1000)
-        and _int(wait_ms, 0, working.MAX_WAIT_MS)
-        and _opt_int(lease_ms, 1, 86_400_000)
+        _int(limit, *CLAIM_MAX) and _int(wait_ms, 0, MAX_WAIT_MS) and _opt_int(lease_ms, *LEASE_MS)
     ):
         return None
     made = _new(ClaimNextArgs)
@@ -187,7 +205,7 @@ def complete_args(args: Any) -> CompleteArgs | None:
     if type(args) is not dict or not args.keys() <= _COMPLETE_KEYS:
         return None
     job_id, lease, result = args.get("job_id"), args.get("lease"), args.get("result")
-    if not (_text(job_id, 64) and _text(lease, 64) and _json(result)):
+    if not (_text(job_id, JOB_ID_LEN) and _text(lease, LEASE_TOKEN_LEN) and _json(result)):
         return None
     made = _new(CompleteArgs)
     _set(made, "job_id", job_id)
@@ -198,7 +216,7 @@ def complete_args(args: Any) -> CompleteArgs | None:
 
 def complete_many_args(args: Any) -> CompleteManyArgs | None:
     """A whole ``complete_many``, if every completion of it is surely valid."""
-    return _batch(args, complete_args, working.MAX_COMPLETIONS, CompleteManyArgs)  # type: ignore[no-any-return]
+    return _batch(args, complete_args, MAX_COMPLETIONS, CompleteManyArgs)  # type: ignore[no-any-return]
 
 
 def _register() -> None:

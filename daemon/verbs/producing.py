@@ -14,35 +14,52 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from actors import lifecycle as lc
-from actors.budget import Budget, BudgetSpec
+from actors.budget import BudgetSpec, SpecError, parse_spec
+from actors.budgets import Budget
 from actors.errors import Refused, invalid
+from actors.limits import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_PRIORITY,
+    LEASE_MS,
+    MAX_ATTEMPTS,
+    MAX_BATCH,
+    MAX_BINDINGS,
+    MAX_DURATION_MS,
+    MAX_INSTANT_MS,
+    MAX_TOKENS,
+    PRIORITY,
+    UNIQUE_KEY_LEN,
+)
 from daemon.admission import quotas
 from daemon.store import jobs as sql
 from daemon.store.database import Tx
-from daemon.verbs.budgets import MAX_TOKENS, create_budget, parse_strategy
+from daemon.verbs.budgets import create_budget, strategy_refused
 from daemon.verbs.table import Call, Plan, verb
-from daemon.wire import MAX_DURATION_MS, MAX_INSTANT_MS, between, json_value, name, text
+from daemon.wire import between, json_value, name, text
 
 if TYPE_CHECKING:
     from daemon.core import Core
 
-DEFAULT_PRIORITY = 32768
-DEFAULT_MAX_ATTEMPTS = 25
-MAX_BATCH = 1000
-MAX_BINDINGS = 16
 
-
-def _create_with(_inst: Any, attr: attrs.Attribute, value: Any) -> None:
-    if value is None:
-        return
-    if not isinstance(value, dict) or set(value) - {"allocation", "strategy"}:
-        raise invalid(attr.name, "create_with must be an object {allocation, strategy}")
-    allocation = value.get("allocation")
-    if type(allocation) is not int or not 1 <= allocation <= MAX_TOKENS:
+def _create_spec(value: Any) -> BudgetSpec:
+    """``create_with``'s budget, or ``invalid_argument`` in seed 003's words."""
+    try:
+        return parse_spec(value)
+    except SpecError as exc:
+        if exc.field.partition(".")[0] == "strategy":
+            raise strategy_refused(exc, "create_with.strategy") from None
+        if exc.field == "allocation":
+            raise invalid(
+                "create_with.allocation", f"allocation must be an integer from 1 to {MAX_TOKENS}"
+            ) from None
         raise invalid(
-            f"{attr.name}.allocation", f"allocation must be an integer from 1 to {MAX_TOKENS}"
-        )
-    parse_strategy(value.get("strategy"), f"{attr.name}.strategy")
+            "create_with", "create_with must be an object {allocation, strategy}"
+        ) from None
+
+
+def _create_with(_inst: Any, _attr: attrs.Attribute, value: Any) -> None:
+    if value is not None:
+        _create_spec(value)
 
 
 @attrs.frozen
@@ -55,8 +72,7 @@ class BindingArgs:
 
     def spec(self) -> BudgetSpec:
         """The budget ``create_with`` describes (validated already)."""
-        allocation = self.create_with["allocation"]
-        return BudgetSpec(allocation, parse_strategy(self.create_with["strategy"]))
+        return _create_spec(self.create_with)
 
 
 def _bindings(_inst: Any, attr: attrs.Attribute, value: list[BindingArgs] | None) -> None:
@@ -78,12 +94,12 @@ class EnqueueArgs:
     queue: str = attrs.field(validator=name)
     type: str = attrs.field(validator=name)
     payload: Any = attrs.field(factory=dict, validator=json_value)
-    priority: int = attrs.field(default=DEFAULT_PRIORITY, validator=between(0, 65535))
+    priority: int = attrs.field(default=DEFAULT_PRIORITY, validator=between(*PRIORITY))
     delay_ms: int | None = attrs.field(default=None, validator=between(0, MAX_DURATION_MS))
     ready_at: int | None = attrs.field(default=None, validator=between(0, MAX_INSTANT_MS))
-    max_attempts: int = attrs.field(default=DEFAULT_MAX_ATTEMPTS, validator=between(1, 100_000))
-    lease_ms: int | None = attrs.field(default=None, validator=between(1, 86_400_000))
-    unique_key: str | None = attrs.field(default=None, validator=text(255))
+    max_attempts: int = attrs.field(default=DEFAULT_MAX_ATTEMPTS, validator=between(*MAX_ATTEMPTS))
+    lease_ms: int | None = attrs.field(default=None, validator=between(*LEASE_MS))
+    unique_key: str | None = attrs.field(default=None, validator=text(UNIQUE_KEY_LEN))
     debounce_ms: int | None = attrs.field(default=None, validator=between(0, MAX_DURATION_MS))
     budgets: list[BindingArgs] | None = attrs.field(default=None, validator=_bindings)
 

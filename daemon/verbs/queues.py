@@ -6,12 +6,13 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from actors.limits import MAX_DURATION_MS
 from daemon.store import audit
 from daemon.store import queues as queue_sql
 from daemon.store.database import Tx
 from daemon.verbs.reading import queue_rows
 from daemon.verbs.table import Call, NoArgs, Plan, answer_now, verb
-from daemon.wire import MAX_DURATION_MS, between, name
+from daemon.wire import between, name
 
 if TYPE_CHECKING:
     from daemon.core import Core

@@ -8,6 +8,7 @@ import attrs
 
 from actors import lifecycle as lc
 from actors.errors import Refused, invalid, not_found
+from actors.limits import JOB_ID_LEN
 from daemon import __version__
 from daemon.store import jobs as sql
 from daemon.verbs.table import ANY, Call, NoArgs, Plan, answer_now, verb
@@ -42,7 +43,7 @@ def hello(core: Core, call: Call, a: HelloArgs) -> Plan:
 
 @attrs.frozen
 class GetArgs:
-    job_id: str = attrs.field(validator=text(64))
+    job_id: str = attrs.field(validator=text(JOB_ID_LEN))
 
 
 @verb("get", ANY, GetArgs)
@@ -65,7 +66,7 @@ class ListArgs:
     queue: str | None = attrs.field(default=None, validator=name)
     status: str | None = attrs.field(default=None, validator=_status)
     limit: int = attrs.field(default=100, validator=between(1, 1000))
-    after: str | None = attrs.field(default=None, validator=text(64))
+    after: str | None = attrs.field(default=None, validator=text(JOB_ID_LEN))
 
 
 def page(core: Core, call: Call, queue: str | None, status: str | None, limit: int,

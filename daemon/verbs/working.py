@@ -16,22 +16,32 @@ import trio
 
 from actors import lifecycle as lc
 from actors.errors import Refused, invalid, not_found
+from actors.limits import (
+    CLAIM_MAX,
+    CLAIM_QUEUES,
+    ERROR_LEN,
+    JOB_ID_LEN,
+    LEASE_MS,
+    LEASE_TOKEN_LEN,
+    MAX_COMPLETIONS,
+    MAX_DURATION_MS,
+    MAX_WAIT_MS,
+)
 from actors.router import Waiter
 from daemon.admission import quotas
 from daemon.store import jobs as sql
 from daemon.store.database import Tx
 from daemon.verbs.table import Call, Later, Plan, verb
-from daemon.wire import MAX_DURATION_MS, between, json_value, name, text
+from daemon.wire import between, json_value, name, text
 
 if TYPE_CHECKING:
     from daemon.core import Core
 
-MAX_WAIT_MS = 3_600_000
-
 
 def _queue_names(_inst: Any, attr: attrs.Attribute, value: list[str]) -> None:
-    if not 1 <= len(value) <= 100:
-        raise invalid(attr.name, "queues must name 1-100 queues")
+    lo, hi = CLAIM_QUEUES
+    if not lo <= len(value) <= hi:
+        raise invalid(attr.name, f"queues must name {lo}-{hi} queues")
     for queue in value:
         name(_inst, attr, queue)
 
@@ -39,33 +49,29 @@ def _queue_names(_inst: Any, attr: attrs.Attribute, value: list[str]) -> None:
 @attrs.frozen
 class ClaimNextArgs:
     queues: list[str] = attrs.field(validator=_queue_names)
-    max: int = attrs.field(default=1, validator=between(1, 1000))
+    max: int = attrs.field(default=1, validator=between(*CLAIM_MAX))
     wait_ms: int = attrs.field(default=0, validator=between(0, MAX_WAIT_MS))
-    lease_ms: int | None = attrs.field(default=None, validator=between(1, 86_400_000))
+    lease_ms: int | None = attrs.field(default=None, validator=between(*LEASE_MS))
 
 
 @attrs.frozen
 class ClaimArgs:
-    job_id: str = attrs.field(validator=text(64))
-    lease_ms: int | None = attrs.field(default=None, validator=between(1, 86_400_000))
+    job_id: str = attrs.field(validator=text(JOB_ID_LEN))
+    lease_ms: int | None = attrs.field(default=None, validator=between(*LEASE_MS))
 
 
 @attrs.frozen
 class HeartbeatArgs:
-    job_id: str = attrs.field(validator=text(64))
-    lease: str = attrs.field(validator=text(64))
-    lease_ms: int | None = attrs.field(default=None, validator=between(1, 86_400_000))
+    job_id: str = attrs.field(validator=text(JOB_ID_LEN))
+    lease: str = attrs.field(validator=text(LEASE_TOKEN_LEN))
+    lease_ms: int | None = attrs.field(default=None, validator=between(*LEASE_MS))
 
 
 @attrs.frozen
 class CompleteArgs:
-    job_id: str = attrs.field(validator=text(64))
-    lease: str = attrs.field(validator=text(64))
+    job_id: str = attrs.field(validator=text(JOB_ID_LEN))
+    lease: str = attrs.field(validator=text(LEASE_TOKEN_LEN))
     result: Any = attrs.field(default=None, validator=json_value)
-
-
-#: Most completions one ``complete_many`` carries (as ``enqueue_many``'s jobs).
-MAX_COMPLETIONS = 1000
 
 
 @attrs.frozen
@@ -83,17 +89,17 @@ class CompleteManyArgs:
 
 @attrs.frozen
 class FailArgs:
-    job_id: str = attrs.field(validator=text(64))
-    lease: str = attrs.field(validator=text(64))
-    error: str = attrs.field(validator=text(65_536))
+    job_id: str = attrs.field(validator=text(JOB_ID_LEN))
+    lease: str = attrs.field(validator=text(LEASE_TOKEN_LEN))
+    error: str = attrs.field(validator=text(ERROR_LEN))
     retry_in_ms: int | None = attrs.field(default=None, validator=between(0, MAX_DURATION_MS))
     dead: bool = False
 
 
 @attrs.frozen
 class ReleaseArgs:
-    job_id: str = attrs.field(validator=text(64))
-    lease: str = attrs.field(validator=text(64))
+    job_id: str = attrs.field(validator=text(JOB_ID_LEN))
+    lease: str = attrs.field(validator=text(LEASE_TOKEN_LEN))
     delay_ms: int | None = attrs.field(default=None, validator=between(0, MAX_DURATION_MS))
 
 

@@ -1,0 +1,54 @@
+"""The limits of names and arguments, defined once (PROTOCOL.md).
+
+The wire's attrs validators (:mod:`daemon.wire`), the hot verbs' hand-written
+checks (:mod:`daemon.verbs.fast_args`), the config file (:mod:`daemon.config`),
+the budget-spec parser (:mod:`actors.budget`) and the CLI's argument types all
+read their bounds here, so a limit changes in one place. Standard library only:
+the client imports it too.
+
+Integer ranges are ``(lo, hi)`` pairs, both ends included.
+"""
+
+from __future__ import annotations
+
+import re
+
+#: A namespace, queue, job type, budget key or periodic name.
+NAME_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+#: How the name rule reads in messages.
+NAME_RULE = "1-128 characters of [A-Za-z0-9._:-]"
+
+#: The latest instant an argument may name (9999-12-31T23:59:59.999Z), and the
+#: longest duration (100 years): far beyond any schedule, well inside the
+#: store's 64-bit integers once added to now.
+MAX_INSTANT_MS = 253_402_300_799_999
+MAX_DURATION_MS = 3_155_760_000_000
+
+#: A job's priority (lower runs first) and its default.
+PRIORITY = (0, 65535)
+DEFAULT_PRIORITY = 32768
+#: Attempts a job may be given, and the default.
+MAX_ATTEMPTS = (1, 100_000)
+DEFAULT_MAX_ATTEMPTS = 25
+#: A lease a job or a claim may ask for (ms): up to a day.
+LEASE_MS = (1, 86_400_000)
+#: The longest ``unique_key``, job id and lease token.
+UNIQUE_KEY_LEN = 255
+JOB_ID_LEN = 64
+LEASE_TOKEN_LEN = 64
+#: The longest error text ``fail`` stores.
+ERROR_LEN = 65_536
+
+#: Jobs one ``enqueue_many`` carries, completions one ``complete_many`` carries.
+MAX_BATCH = 1000
+MAX_COMPLETIONS = 1000
+#: Queues one ``claim_next`` names, and jobs it takes at most.
+CLAIM_QUEUES = (1, 100)
+CLAIM_MAX = (1, 1000)
+#: The longest a ``claim_next`` waits (ms).
+MAX_WAIT_MS = 3_600_000
+
+#: Seed 003: allocations, bursts, durations and costs of budgets are int32.
+MAX_TOKENS = 2**31 - 1
+#: Budgets one job binds to at most.
+MAX_BINDINGS = 16
