@@ -157,7 +157,7 @@ class Core:
     def job_wire(self, row: sql.Row, now_ms: int | None = None) -> dict[str, Any]:
         """The job object of ``row`` with its derived ``admission``."""
         job = sql.to_wire(row)
-        if row[sql.STATE] == lc.PENDING:
+        if row.state == lc.PENDING:
             job["admission"] = self.admission(row, now_ms)
         return job
 
@@ -165,15 +165,15 @@ class Core:
         """A pending job's derived ``admission``: budgets first, then its namespace's
         hold (``max_running`` reached, or a quota that cannot be read)."""
         now = self.clock.now_ms() if now_ms is None else now_ms
-        held = self.budget_gate.admission(row, now) if row[sql.BUDGETS] is not None else None
+        held = self.budget_gate.admission(row, now) if row.budgets is not None else None
         if held is not None and held["state"] == "deferred":
             return held
-        namespace = row[sql.NAMESPACE]
+        namespace = row.namespace
         hold = quotas.hold(self, namespace)
         if hold is not None:
             at = self.reaper.target if hold == "running_full" else None
             return {"state": "deferred", "reason": hold, "next_eligible_at": at, "exact": False}
-        policy = self.policies.status((namespace, row[sql.QUEUE]), now)
+        policy = self.policies.status((namespace, row.queue), now)
         if policy is not None and (policy.state == "deferred" or held is None):
             return policy.to_dict()
         quota = self.namespaces.get(namespace).quota
@@ -227,17 +227,15 @@ class Core:
         live: dict[str, int] = {}
         earliest: int | None = None
         for row in rows:
-            key = (row[sql.NAMESPACE], row[sql.QUEUE])
-            slot = (key, row[sql.STATE])
+            key = (row.namespace, row.queue)
+            slot = (key, row.state)
             per_key[slot] = per_key.get(slot, 0) + 1
-            if row[sql.STATE] != lc.DEAD:  # shed rows were never accepted: not usage
+            if row.state != lc.DEAD:  # shed rows were never accepted: not usage
                 live[key[0]] = live.get(key[0], 0) + 1
-            if row[sql.STATE] == lc.PENDING and row[sql.PARKED_ON] is None:
+            if row.state == lc.PENDING and row.parked_on is None:
                 ready[key] = ready.get(key, 0) + 1
-            elif row[sql.STATE] == lc.SCHEDULED and (
-                earliest is None or row[sql.READY_AT] < earliest
-            ):
-                earliest = row[sql.READY_AT]
+            elif row.state == lc.SCHEDULED and (earliest is None or row.ready_at < earliest):
+                earliest = row.ready_at
         self.meter.note(tx, live)
 
         def effect() -> None:
@@ -257,19 +255,19 @@ class Core:
 
     def moved(self, tx: Tx, before: sql.Row, after: sql.Row) -> None:
         """A job went from ``before``'s state to ``after``'s."""
-        self.moved_from(tx, before[sql.STATE], after)
+        self.moved_from(tx, before.state, after)
 
     def moved_from(self, tx: Tx, source: str, after: sql.Row) -> None:
         """A job went from state ``source`` to ``after``'s."""
-        key = (after[sql.NAMESPACE], after[sql.QUEUE])
-        target = after[sql.STATE]
-        ready_at, expires = after[sql.READY_AT], after[sql.LEASE_EXPIRES_AT]
-        if after[sql.BUDGETS] is not None:
+        key = (after.namespace, after.queue)
+        target = after.state
+        ready_at, expires = after.ready_at, after.lease_expires_at
+        if after.budgets is not None:
             self.budget_gate.moved(tx, source, after)
 
         def effect() -> None:
             if source == lc.RUNNING:
-                self.running.pop(after[sql.ID], None)
+                self.running.pop(after.id, None)
             self.counts.move(key, source, target)
             self.metrics.moved(key[1], source, target)
             if target == lc.RUNNING and expires is not None:
@@ -293,11 +291,11 @@ class Core:
         """
         per_key: dict[tuple[QueueKey, str], int] = {}
         for after in afters:
-            if after[sql.BUDGETS] is not None:
+            if after.budgets is not None:
                 self.budget_gate.moved(tx, lc.RUNNING, after)
-            slot = ((after[sql.NAMESPACE], after[sql.QUEUE]), after[sql.STATE])
+            slot = ((after.namespace, after.queue), after.state)
             per_key[slot] = per_key.get(slot, 0) + 1
-        ids = [after[sql.ID] for after in afters]
+        ids = [after.id for after in afters]
 
         def effect() -> None:
             for job_id in ids:
@@ -314,32 +312,32 @@ class Core:
         tx.after(effect)
         if self.policies.states:
             for after in afters:  # after the counts' effect, as in moved_from
-                self.policies.left_running(tx, (after[sql.NAMESPACE], after[sql.QUEUE]))
+                self.policies.left_running(tx, (after.namespace, after.queue))
 
     def remember_running(self, row: sql.Row) -> None:
         """Keep a running job's row in :attr:`running` (within the bounds)."""
-        if len(self.running) < RUNNING_CACHE_MAX and len(row[sql.PAYLOAD]) <= RUNNING_CACHE_PAYLOAD:
-            self.running[row[sql.ID]] = row
+        if len(self.running) < RUNNING_CACHE_MAX and len(row.payload) <= RUNNING_CACHE_PAYLOAD:
+            self.running[row.id] = row
 
     def lease_extended(self, row: sql.Row) -> None:
         """A heartbeat moved a lease's expiry (after commit)."""
-        if row[sql.ID] in self.running:
-            self.running[row[sql.ID]] = row
-        self.reaper.note(row[sql.LEASE_EXPIRES_AT])
+        if row.id in self.running:
+            self.running[row.id] = row
+        self.reaper.note(row.lease_expires_at)
 
     def claimed(self, tx: Tx, rows: list[sql.Row]) -> None:
         """Jobs were claimed (pending -> running) by one claim statement."""
         if not rows:
             return
         now = tx.now_ms
-        earliest = min(r[sql.LEASE_EXPIRES_AT] for r in rows)
+        earliest = min(r.lease_expires_at for r in rows)
 
         def effect() -> None:
             waits: dict[QueueKey, list[float]] = {}
             for row in rows:
                 self.remember_running(row)
-                key = (row[sql.NAMESPACE], row[sql.QUEUE])
-                waits.setdefault(key, []).append(max(0, now - row[sql.READY_AT]) / 1000)
+                key = (row.namespace, row.queue)
+                waits.setdefault(key, []).append(max(0, now - row.ready_at) / 1000)
             for key, seconds in waits.items():  # counted once per queue, not per job
                 self.counts.move(key, lc.PENDING, lc.RUNNING, len(seconds))
                 self.metrics.moved(key[1], lc.PENDING, lc.RUNNING, len(seconds))
@@ -381,7 +379,7 @@ class Core:
     def reap_lapsed(self, tx: Tx) -> None:
         """Return lapsed leases to pending, or to dead when attempts are spent."""
         for row in sql.lapsed(tx.conn, tx.now_ms):
-            if row[sql.ATTEMPTS] >= row[sql.MAX_ATTEMPTS]:
+            if row.attempts >= row.max_attempts:
                 after = sql.finish(
                     tx.conn,
                     row,
@@ -399,7 +397,7 @@ class Core:
                     error="lease expired",
                 )
             self.moved(tx, row, after)
-            queue = row[sql.QUEUE]
+            queue = row.queue
             tx.after(lambda queue=queue: self.metrics.failed(queue))
 
     def catch_up(self, tx: Tx) -> None:

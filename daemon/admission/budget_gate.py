@@ -162,7 +162,7 @@ class BudgetGate:
             admitted = []
             parked = 0
             for row in rows:
-                if row[sql.BUDGETS] is None:
+                if row.budgets is None:
                     admitted.append(row)
                     continue
                 blocker = self.debit(tx, row)
@@ -175,8 +175,8 @@ class BudgetGate:
             claimed += sql.mark_running(conn, admitted, lease, lease_ms, now)
             if caps is not None:
                 for row in admitted:
-                    if row[sql.QUEUE] in caps:
-                        caps[row[sql.QUEUE]] -= 1
+                    if row.queue in caps:
+                        caps[row.queue] -= 1
             if not parked or len(rows) < want or parks_left <= 0:
                 self.parks_left = parks_left
                 return claimed
@@ -184,11 +184,11 @@ class BudgetGate:
     def debit(self, tx: Tx, row: sql.Row) -> Budget | None:
         """Debit every budget of ``row`` at once, or none: the first that cannot pay."""
         now = tx.now_ms
-        resolved = self._resolve(row[sql.NAMESPACE], row[sql.BUDGETS])
+        resolved = self._resolve(row.namespace, row.budgets)
         for budget, cost in resolved:
             if not budget.pool.can_debit(cost, now):
                 return budget
-        job_id = row[sql.ID]
+        job_id = row.id
         before = [(b, b.pool.raw(), b.reserved.get(job_id)) for b, _c in resolved]
         for budget, cost in resolved:
             budget.pool.debit(cost, now)
@@ -210,12 +210,12 @@ class BudgetGate:
 
     def park(self, tx: Tx, row: sql.Row, budget: Budget) -> None:
         """Park ``row`` on ``budget``: out of the ready index until released."""
-        job_id = row[sql.ID]
+        job_id = row.id
         sql.park(tx.conn, [(budget.key, job_id)])
-        queue = (row[sql.NAMESPACE], row[sql.QUEUE])
-        self._count_parked(tx, budget, queue, cost_for(row[sql.BUDGETS], budget.key), 1)
+        queue = (row.namespace, row.queue)
+        self._count_parked(tx, budget, queue, cost_for(row.budgets, budget.key), 1)
         # A released job that comes back no longer holds its promise.
-        for other, _cost in self._resolve(row[sql.NAMESPACE], row[sql.BUDGETS]):
+        for other, _cost in self._resolve(row.namespace, row.budgets):
             promised = other.reserved.pop(job_id, None)
             if promised is not None:
                 tx.undo(lambda o=other, p=promised: o.reserved.__setitem__(job_id, p))
@@ -267,9 +267,9 @@ class BudgetGate:
 
     def moved(self, tx: Tx, source: str, after: sql.Row) -> None:
         """A bound job went from ``source`` to ``after``'s state."""
-        resolved = self._resolve(after[sql.NAMESPACE], after[sql.BUDGETS])
-        target = after[sql.STATE]
-        job_id = after[sql.ID]
+        resolved = self._resolve(after.namespace, after.budgets)
+        target = after.state
+        job_id = after.id
         if source == lc.RUNNING and target != lc.RUNNING:
             before = [(b, b.pool.raw(), job_id in b.holders) for b, _c in resolved]
             for budget, cost in resolved:
@@ -292,8 +292,8 @@ class BudgetGate:
     def check_payable(self, row: sql.Row) -> None:
         """Before a dead job comes back: ``conflict`` if a budget of it is gone or
         can no longer pay its cost (it would wait for ever)."""
-        namespace, job_id = row[sql.NAMESPACE], row[sql.ID]
-        for key, cost in bindings(row[sql.BUDGETS]):
+        namespace, job_id = row.namespace, row.id
+        for key, cost in bindings(row.budgets):
             budget = self.budgets.get((namespace, key))
             if budget is None:
                 raise Refused(
@@ -307,17 +307,17 @@ class BudgetGate:
 
     def unparked_by_fold(self, tx: Tx, before: sql.Row) -> None:
         """A parked job was folded (debounce) back to scheduled: it is no longer parked."""
-        key = before[sql.PARKED_ON]
-        budget = self.budgets.get((before[sql.NAMESPACE], key))
+        key = before.parked_on
+        budget = self.budgets.get((before.namespace, key))
         if budget is not None:
-            cost = cost_for(before[sql.BUDGETS], key)
-            queue = (before[sql.NAMESPACE], before[sql.QUEUE])
+            cost = cost_for(before.budgets, key)
+            queue = (before.namespace, before.queue)
             self._count_parked(tx, budget, queue, cost, -1)
             budget.head_cost = None
 
     def claimed_admission(self, row: sql.Row, now_ms: int) -> dict[str, Any] | None:
         """``admission`` of a successful claim: each budget's tokens left."""
-        resolved = self._resolve(row[sql.NAMESPACE], row[sql.BUDGETS])
+        resolved = self._resolve(row.namespace, row.budgets)
         if not resolved:
             return None
         return {"budgets": [{"key": b.key, "available": b.pool.available(now_ms)}
@@ -444,16 +444,16 @@ class BudgetGate:
         if budget.pool.can_debit(need, now_ms):
             return (now_ms, False)
         running = self._core.running
-        expiries = [running[i][sql.LEASE_EXPIRES_AT] for i in budget.holders if i in running]
+        expiries = [running[i].lease_expires_at for i in budget.holders if i in running]
         return (min(expiries, default=None), False)
 
     def admission(self, row: sql.Row, now_ms: int) -> dict[str, Any] | None:
         """The derived ``admission`` of a pending job bound to budgets (None otherwise)."""
-        if row[sql.STATE] != lc.PENDING or row[sql.BUDGETS] is None:
+        if row.state != lc.PENDING or row.budgets is None:
             return None
-        namespace = row[sql.NAMESPACE]
-        parked_on = row[sql.PARKED_ON]
-        for budget, cost in self._resolve(namespace, row[sql.BUDGETS]):
+        namespace = row.namespace
+        parked_on = row.parked_on
+        for budget, cost in self._resolve(namespace, row.budgets):
             if budget.key == parked_on or (
                 parked_on is None and not budget.pool.can_debit(cost, now_ms)
             ):

@@ -166,7 +166,7 @@ class Policies:
         returns each policy queue's headroom after them."""
         per_queue: dict[QueueKey, int] = {}
         for row in rows:
-            key = (row[sql.NAMESPACE], row[sql.QUEUE])
+            key = (row.namespace, row.queue)
             if key in self.states:
                 per_queue[key] = per_queue.get(key, 0) + 1
         headroom = {}
@@ -218,8 +218,8 @@ class Policies:
     def _lease_hint(self, key: QueueKey) -> int | None:
         """The earliest lease expiry of the queue's running jobs (a hint: in_flight_full)."""
         expiries = [
-            row[sql.LEASE_EXPIRES_AT] for row in self._core.running.values()
-            if row[sql.QUEUE] == key[1] and row[sql.NAMESPACE] == key[0]
+            row.lease_expires_at for row in self._core.running.values()
+            if row.queue == key[1] and row.namespace == key[0]
         ]  # fmt: skip
         return min(expiries, default=None)
 

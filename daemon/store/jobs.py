@@ -1,7 +1,9 @@
 """Named SQL for job rows. Every statement a verb or actor runs on ``jobs``.
 
-Rows travel as tuples in :data:`COLUMNS` order; :func:`to_wire` turns one into
-the job object of the wire contract. Functions take a ``sqlite3.Connection``
+Rows travel as :class:`~daemon.store.rows.JobRow` (a named tuple in
+:data:`COLUMNS` order; the index constants below are for this module and its
+white-box tests); :func:`to_wire` turns one into the job object of the wire
+contract. Functions take a ``sqlite3.Connection``
 (inside a group transaction for writes) and an explicit ``now`` where time
 matters, never reading a clock themselves.
 """
@@ -12,22 +14,18 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-import orjson
-
 from daemon.store.pages import page_query
+from daemon.store.rows import FIELDS, JobRow, as_row, dumps, to_wire
 
-COLUMNS = (
-    "id", "namespace", "queue", "type", "payload", "priority", "state", "attempts",
-    "max_attempts", "lease_ms", "ready_at", "created_at", "updated_at", "finished_at",
-    "lease", "lease_expires_at", "unique_key", "budgets", "error", "result", "dead",
-    "parked_on",
-)  # fmt: skip
+__all__ = ["COLUMNS", "JobRow", "Row", "StaleRow", "dumps", "to_wire"]
+
+COLUMNS = FIELDS
 COLS = ", ".join(COLUMNS)
 (ID, NAMESPACE, QUEUE, TYPE, PAYLOAD, PRIORITY, STATE, ATTEMPTS, MAX_ATTEMPTS, LEASE_MS,
  READY_AT, CREATED_AT, UPDATED_AT, FINISHED_AT, LEASE, LEASE_EXPIRES_AT, UNIQUE_KEY, BUDGETS,
  ERROR, RESULT, DEAD, PARKED_ON) = range(len(COLUMNS))  # fmt: skip
 
-Row = tuple[Any, ...]
+Row = JobRow
 
 _INSERT = f"INSERT INTO jobs ({COLS}) VALUES ({', '.join('?' * len(COLUMNS))})"
 # A fresh job sets only the first 13 columns (the NOT NULL ones); the rest are
@@ -43,49 +41,6 @@ _FIND_UNIQUE = (
     f"SELECT {COLS} FROM jobs WHERE namespace = ? AND queue = ? AND unique_key = ? "
     "AND state IN ('scheduled', 'pending', 'running')"
 )
-
-
-def dumps(value: Any) -> str:
-    """Compact JSON text, as stored and as measured for size caps."""
-    return orjson.dumps(value).decode()
-
-
-def _loads(text: str | None) -> Any:
-    return None if text is None else orjson.loads(text)
-
-
-_UNSET: Any = object()
-
-
-def to_wire(row: Row, payload: Any = _UNSET) -> dict[str, Any]:
-    """The job object of PROTOCOL.md for one row (``admission`` added by callers).
-
-    ``payload``, when the caller still holds it decoded, saves parsing it again.
-    """
-    return {
-        "id": row[ID],
-        "namespace": row[NAMESPACE],
-        "queue": row[QUEUE],
-        "type": row[TYPE],
-        "payload": orjson.loads(row[PAYLOAD]) if payload is _UNSET else payload,
-        "priority": row[PRIORITY],
-        "status": row[STATE],
-        "attempts": row[ATTEMPTS],
-        "max_attempts": row[MAX_ATTEMPTS],
-        "lease_ms": row[LEASE_MS],
-        "ready_at": row[READY_AT],
-        "created_at": row[CREATED_AT],
-        "updated_at": row[UPDATED_AT],
-        "finished_at": row[FINISHED_AT],
-        "lease": row[LEASE],
-        "lease_expires_at": row[LEASE_EXPIRES_AT],
-        "budgets": _loads(row[BUDGETS]) or [],
-        "unique_key": row[UNIQUE_KEY],
-        "error": row[ERROR],
-        "result": _loads(row[RESULT]),
-        "dead": _loads(row[DEAD]),
-        "admission": None,
-    }
 
 
 def insert(conn: sqlite3.Connection, rows: Sequence[Row]) -> None:
@@ -126,12 +81,14 @@ _IN_CHUNK = 512
 
 def get(conn: sqlite3.Connection, namespace: str, job_id: str) -> Row | None:
     """One job of ``namespace``; another namespace's job reads as absent."""
-    return conn.execute(_GET, (job_id, namespace)).fetchone()
+    row = conn.execute(_GET, (job_id, namespace)).fetchone()
+    return None if row is None else as_row(row)
 
 
 def find_live_unique(conn: sqlite3.Connection, namespace: str, queue: str, key: str) -> Row | None:
     """The live (scheduled, pending or running) job holding ``unique_key``, if any."""
-    return conn.execute(_FIND_UNIQUE, (namespace, queue, key)).fetchone()
+    row = conn.execute(_FIND_UNIQUE, (namespace, queue, key)).fetchone()
+    return None if row is None else as_row(row)
 
 
 _INDEX = {name: i for i, name in enumerate(COLUMNS)}
@@ -166,7 +123,7 @@ def update(
     after = list(before)
     for column, value in changes.items():
         after[_INDEX[column]] = value
-    return tuple(after)
+    return as_row(after)
 
 
 def fold(conn: sqlite3.Connection, before: Row, payload: str, ready_at: int, now: int) -> Row:
@@ -232,9 +189,9 @@ def ready(
         params += (namespace, queue, limit if caps is None else min(limit, caps.get(queue, limit)))
     if len(queues) > 1:
         params.append(limit)
-    rows = conn.execute(statement, params).fetchall()
+    rows = list(map(as_row, conn.execute(statement, params)))
     if len(queues) > 1:
-        rows.sort(key=lambda r: (r[PRIORITY], r[READY_AT], r[ID]))
+        rows.sort(key=lambda r: (r.priority, r.ready_at, r.id))
     return rows
 
 
@@ -248,7 +205,9 @@ def unpark(conn: sqlite3.Connection, ids: Sequence[str]) -> None:
     conn.executemany("UPDATE jobs SET parked_on = NULL WHERE id = ?", [(i,) for i in ids])
 
 
-def parked_oldest(conn: sqlite3.Connection, namespace: str, key: str, limit: int) -> list[Row]:
+def parked_oldest(
+    conn: sqlite3.Connection, namespace: str, key: str, limit: int
+) -> list[tuple[str, str, str]]:
     """The oldest ``limit`` jobs parked on budget ``key``: (id, queue, budgets)."""
     return conn.execute(
         "SELECT id, queue, budgets FROM jobs INDEXED BY ix_jobs_parked "
@@ -290,7 +249,7 @@ def mark_running(
         after[LEASE] = lease
         after[LEASE_EXPIRES_AT] = now + (lease_ms or row[LEASE_MS])
         after[UPDATED_AT] = now
-        claimed.append(tuple(after))
+        claimed.append(as_row(after))
     for start in range(0, len(rows), _IN_CHUNK):
         statement, ids = _in_list(
             _MARK_RUNNING, [row[ID] for row in rows[start : start + _IN_CHUNK]]
@@ -375,7 +334,7 @@ def complete_many(
         after[LEASE] = after[LEASE_EXPIRES_AT] = after[DEAD] = None
         after[UPDATED_AT] = after[FINISHED_AT] = now
         after[RESULT] = result
-        done.append(tuple(after))
+        done.append(as_row(after))
     return done
 
 
@@ -388,7 +347,7 @@ def replay(conn: sqlite3.Connection, before: Row, now: int) -> Row:
     return update(conn, before, changes)
 
 
-def promote_due(conn: sqlite3.Connection, now: int, batch: int = 1000) -> list[Row]:
+def promote_due(conn: sqlite3.Connection, now: int, batch: int = 1000) -> list[tuple[str, str]]:
     """Scheduled jobs whose ``ready_at`` has come become pending; returns (ns, queue)."""
     return conn.execute(
         "UPDATE jobs SET state = 'pending', updated_at = ? WHERE id IN "
@@ -400,11 +359,12 @@ def promote_due(conn: sqlite3.Connection, now: int, batch: int = 1000) -> list[R
 
 def lapsed(conn: sqlite3.Connection, now: int, batch: int = 1000) -> list[Row]:
     """Running jobs whose lease expired at or before ``now``."""
-    return conn.execute(
+    cursor = conn.execute(
         f"SELECT {COLS} FROM jobs WHERE state = 'running' AND lease_expires_at <= ? "
         "ORDER BY lease_expires_at LIMIT ?",
         (now, batch),
-    ).fetchall()
+    )
+    return list(map(as_row, cursor))
 
 
 def earliest_scheduled(conn: sqlite3.Connection) -> int | None:
@@ -432,7 +392,7 @@ def list_jobs(
     statement, params = page_query(
         f"SELECT {COLS} FROM jobs", namespace, {"queue": queue, "state": state}, after, limit
     )
-    return conn.execute(statement, params).fetchall()
+    return list(map(as_row, conn.execute(statement, params)))
 
 
 def dead_ids(

@@ -81,11 +81,11 @@ def dead_replay(core: Core, call: Call, a: DeadReplayArgs) -> Plan:
             row = sql.get(tx.conn, namespace, job_id)
             if row is None:
                 raise not_found(f"job {job_id!r}")
-            call.scope(row[sql.QUEUE])
-            if row[sql.STATE] != lc.DEAD:
+            call.scope(row.queue)
+            if row.state != lc.DEAD:
                 raise Refused(
-                    "conflict", f"job {job_id!r} is {row[sql.STATE]}, not dead",
-                    job_status=row[sql.STATE],
+                    "conflict", f"job {job_id!r} is {row.state}, not dead",
+                    job_status=row.state,
                 )  # fmt: skip
             rows.append(row)
         # A replay is an enqueue: quota admission first (drop: the over-quota
@@ -97,13 +97,13 @@ def dead_replay(core: Core, call: Call, a: DeadReplayArgs) -> Plan:
                 results.append({"job": sql.to_wire(row), "duplicate": False, "folded": False,
                                 "shed": True})  # fmt: skip
                 continue
-            key = row[sql.UNIQUE_KEY]
-            live_job = key and sql.find_live_unique(tx.conn, namespace, row[sql.QUEUE], key)
+            key = row.unique_key
+            live_job = key and sql.find_live_unique(tx.conn, namespace, row.queue, key)
             if live_job:
                 results.append({"job": sql.to_wire(live_job), "duplicate": True, "folded": False,
                                 "shed": False})  # fmt: skip
                 continue
-            if row[sql.BUDGETS] is not None:
+            if row.budgets is not None:
                 core.budget_gate.check_payable(row)
             lc.check("replay", lc.DEAD, lc.PENDING)
             after = sql.replay(tx.conn, row, tx.now_ms)
@@ -120,4 +120,4 @@ def dead_replay(core: Core, call: Call, a: DeadReplayArgs) -> Plan:
 
 
 def _first_queue(rows: list[sql.Row]) -> str:
-    return rows[0][sql.QUEUE] if rows else ""
+    return rows[0].queue if rows else ""

@@ -19,6 +19,7 @@ from actors.errors import Refused, invalid
 from daemon.admission import quotas
 from daemon.store import jobs as sql
 from daemon.store.database import Tx
+from daemon.store.rows import as_row
 from daemon.verbs.budgets import MAX_TOKENS, create_budget, parse_strategy
 from daemon.verbs.table import Call, Plan, verb
 from daemon.wire import MAX_DURATION_MS, MAX_INSTANT_MS, between, json_value, name, text
@@ -153,9 +154,9 @@ def _enqueue_one(
     if a.unique_key is not None:
         live = sql.find_live_unique(tx.conn, namespace, a.queue, a.unique_key)
         if live is not None:
-            if a.debounce_ms is not None and live[sql.STATE] in (lc.SCHEDULED, lc.PENDING):
-                lc.check("fold", live[sql.STATE], lc.SCHEDULED)
-                if live[sql.PARKED_ON] is not None:
+            if a.debounce_ms is not None and live.state in (lc.SCHEDULED, lc.PENDING):
+                lc.check("fold", live.state, lc.SCHEDULED)
+                if live.parked_on is not None:
                     core.budget_gate.unparked_by_fold(tx, live)
                 folded = sql.fold(tx.conn, live, payload, now + a.debounce_ms, now)
                 core.moved(tx, live, folded)
@@ -179,11 +180,12 @@ def _enqueue_one(
         bound = sql.dumps([{"key": b.key, "cost": cost} for b, cost in resolved])
         gate = core.budget_gate
         parked_on = gate.bind_new(tx, (namespace, a.queue), resolved, state == lc.PENDING)
-    row = (
+    # JobRow's fields in order (as_row: a keyword call costs an enqueue 3 µs more).
+    row = as_row((
         core.ids.mint(now), namespace, a.queue, a.type, payload, a.priority, state, 0,
         a.max_attempts, a.lease_ms or core.config.daemon.lease, ready_at, now, now, None, None,
         None, a.unique_key, bound, None, None, None, parked_on,
-    )  # fmt: skip
+    ))  # fmt: skip
     if a.unique_key is not None:
         sql.insert(tx.conn, [row])
     new_rows.append(row)
@@ -194,7 +196,7 @@ def _enqueue_one(
 def _result(row: sql.Row, payload: Any, *, duplicate: bool, folded: bool,
             core: Core | None = None, now: int = 0) -> dict[str, Any]:  # fmt: skip
     job = sql.to_wire(row, payload)
-    if core is not None and row[sql.BUDGETS] is not None:
+    if core is not None and row.budgets is not None:
         job["admission"] = core.budget_gate.admission(row, now)
     return {"job": job, "duplicate": duplicate, "folded": folded, "shed": False}
 
@@ -218,7 +220,7 @@ def enqueue_write(core: Core, call: Call, jobs: list[EnqueueArgs]) -> Callable[[
             else _shed_one(core, tx, call, job, reason or "", new_rows)
             for i, job in enumerate(jobs)
         ]  # fmt: skip
-        sql.insert(tx.conn, [r for r in new_rows if r[sql.UNIQUE_KEY] is None])
+        sql.insert(tx.conn, [r for r in new_rows if r.unique_key is None])
         core.added(tx, new_rows)
         return results
 
@@ -240,11 +242,11 @@ def _shed_one(core: Core, tx: Tx, call: Call, a: EnqueueArgs, reason: str,
         bound = sql.dumps([{"key": b.key, "cost": b.cost} for b in a.budgets])
     error = f"quota: namespace '{namespace}' over {quotas.limit_text(core, namespace, reason)}"
     dead = sql.dumps({"at": now, "reason": "shed", "shed": "quota", "limit": reason})
-    row = (
+    row = as_row((
         core.ids.mint(now), namespace, a.queue, a.type, sql.dumps(a.payload), a.priority,
         lc.DEAD, 0, a.max_attempts, a.lease_ms or core.config.daemon.lease, now, now, now, now,
         None, None, None, bound, error, None, dead, None,
-    )  # fmt: skip
+    ))  # fmt: skip
     new_rows.append(row)
     core.ensure_queue(tx, namespace, a.queue)
     result = _result(row, a.payload, duplicate=False, folded=False)

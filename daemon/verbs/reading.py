@@ -51,7 +51,7 @@ def get(core: Core, call: Call, a: GetArgs) -> Plan:
     row = sql.get(core.conn, call.namespace, a.job_id)
     if row is None:
         raise not_found(f"job {a.job_id!r}")
-    call.scope(row[sql.QUEUE])
+    call.scope(row.queue)
     return answer_now({"job": core.job_wire(row)})
 
 
@@ -79,8 +79,8 @@ def page(core: Core, call: Call, queue: str | None, status: str | None, limit: i
     scanned = rows[:limit]
     # The cursor is the last row scanned, not the last one shown: a page whose
     # rows are all outside the token's scope must not end the listing.
-    nxt = scanned[-1][sql.ID] if len(rows) > limit else None
-    shown = [r for r in scanned if call.session.in_scope(r[sql.QUEUE])]
+    nxt = scanned[-1].id if len(rows) > limit else None
+    shown = [r for r in scanned if call.session.in_scope(r.queue)]
     now = core.clock.now_ms()
     return {"jobs": [core.job_wire(r, now) for r in shown], "next": nxt}
 

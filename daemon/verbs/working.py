@@ -112,11 +112,11 @@ def _claimed(
     headroom, budgets' tokens left), or ``null`` when nothing limits it."""
     now = core.clock.now_ms()
     if rows:  # deliveries debit the message bucket after the fact (seed 001)
-        core.door.delivered(rows[0][sql.NAMESPACE], len(rows))
+        core.door.delivered(rows[0].namespace, len(rows))
     jobs = []
     for row in rows:
-        admission = headrooms.get(row[sql.QUEUE]) if headrooms else None
-        if row[sql.BUDGETS] is not None:
+        admission = headrooms.get(row.queue) if headrooms else None
+        if row.budgets is not None:
             held = core.budget_gate.claimed_admission(row, now)
             admission = {**(admission or {}), **(held or {})}
         jobs.append({"job": sql.to_wire(row), "admission": admission})
@@ -252,7 +252,7 @@ def _owned(core: Core, call: Call, tx: Tx, job_id: str) -> sql.Row:
     row = sql.get(tx.conn, call.namespace, job_id)
     if row is None:
         raise not_found(f"job {job_id!r}")
-    call.scope(row[sql.QUEUE])
+    call.scope(row.queue)
     return row
 
 
@@ -264,20 +264,20 @@ def _leased(core: Core, call: Call, tx: Tx, job_id: str, lease: str) -> sql.Row:
     (:func:`_on_lease` then asks the store).
     """
     row = core.running.get(job_id)
-    if row is not None and row[sql.LEASE] == lease and row[sql.NAMESPACE] == call.namespace:
-        call.scope(row[sql.QUEUE])
+    if row is not None and row.lease == lease and row.namespace == call.namespace:
+        call.scope(row.queue)
         return row
     return _leased_in_store(core, call, tx, job_id, lease)
 
 
 def _leased_in_store(core: Core, call: Call, tx: Tx, job_id: str, lease: str) -> sql.Row:
     row = _owned(core, call, tx, job_id)
-    if row[sql.STATE] != lc.RUNNING or row[sql.LEASE] != lease:
+    if row.state != lc.RUNNING or row.lease != lease:
         raise Refused(
             "lease_lost",
             f"job {job_id!r} is no longer held under this lease "
-            f"(it lapsed and was taken over or reaped; status {row[sql.STATE]})",
-            job_status=row[sql.STATE],
+            f"(it lapsed and was taken over or reaped; status {row.state})",
+            job_status=row.state,
         )
     return row
 
@@ -297,19 +297,17 @@ def claim(core: Core, call: Call, a: ClaimArgs) -> Plan:
         _owned(core, call, tx, a.job_id)
         core.catch_up(tx)
         row = _owned(core, call, tx, a.job_id)
-        if row[sql.STATE] != lc.PENDING:
-            raise Refused(
-                "conflict", f"job {a.job_id!r} is {row[sql.STATE]}", job_status=row[sql.STATE]
-            )
-        caps = core.policies.rooms(call.namespace, [row[sql.QUEUE]], tx.now_ms)
-        if not quotas.claim_room(core, call.namespace, 1) or caps.get(row[sql.QUEUE]) == 0:
+        if row.state != lc.PENDING:
+            raise Refused("conflict", f"job {a.job_id!r} is {row.state}", job_status=row.state)
+        caps = core.policies.rooms(call.namespace, [row.queue], tx.now_ms)
+        if not quotas.claim_room(core, call.namespace, 1) or caps.get(row.queue) == 0:
             held = core.admission(row, tx.now_ms) or {}
-            core.metrics.admission_refused(row[sql.QUEUE], held.get("reason") or "")
-            raise deferred_refusal(a.job_id, row[sql.QUEUE], held)
-        if row[sql.BUDGETS] is not None:
+            core.metrics.admission_refused(row.queue, held.get("reason") or "")
+            raise deferred_refusal(a.job_id, row.queue, held)
+        if row.budgets is not None:
             held = core.budget_gate.admission(row, tx.now_ms)
-            if row[sql.PARKED_ON] is not None or core.budget_gate.debit(tx, row) is not None:
-                raise deferred_refusal(a.job_id, row[sql.QUEUE], held or {})
+            if row.parked_on is not None or core.budget_gate.debit(tx, row) is not None:
+                raise deferred_refusal(a.job_id, row.queue, held or {})
         lc.check("claim", lc.PENDING, lc.RUNNING)
         claimed = sql.mark_running(tx.conn, [row], _new_lease(), a.lease_ms, tx.now_ms)
         quotas.claimed(core, tx, call.namespace, 1)
@@ -347,7 +345,7 @@ def heartbeat(core: Core, call: Call, a: HeartbeatArgs) -> Plan:
     """Extend a lease."""
 
     def change(tx: Tx, row: sql.Row) -> int:
-        expires = tx.now_ms + (a.lease_ms or row[sql.LEASE_MS])
+        expires = tx.now_ms + (a.lease_ms or row.lease_ms)
         after = sql.extend_lease(tx.conn, row, expires, tx.now_ms)
         tx.after(lambda: core.lease_extended(after))
         return expires
@@ -399,7 +397,7 @@ def complete_many(core: Core, call: Call, a: CompleteManyArgs) -> Plan:
                                            result=result))  # fmt: skip
                 except sql.StaleRow:
                     try:
-                        refusal = _lost(core, call, tx, row[sql.ID], row[sql.LEASE])
+                        refusal = _lost(core, call, tx, row.id, row.lease)
                     except Refused as why:
                         refusal = why
                     outcome[i]["error"] = refusal.to_wire()
@@ -418,19 +416,19 @@ def fail(core: Core, call: Call, a: FailArgs) -> Plan:
 
     def change(tx: Tx, row: sql.Row) -> sql.Row:
         now = tx.now_ms
-        if a.dead or row[sql.ATTEMPTS] >= row[sql.MAX_ATTEMPTS]:
+        if a.dead or row.attempts >= row.max_attempts:
             reason = "failed" if a.dead else "attempts_exhausted"
             after = sql.finish(
                 tx.conn, row, state=lc.check("fail", lc.RUNNING, lc.DEAD), now=now,
                 error=a.error, dead=sql.dumps({"at": now, "reason": reason}),
             )  # fmt: skip
         else:
-            delay = a.retry_in_ms if a.retry_in_ms is not None else lc.backoff_ms(row[sql.ATTEMPTS])
+            delay = a.retry_in_ms if a.retry_in_ms is not None else lc.backoff_ms(row.attempts)
             ready_at = now + delay
             state = lc.check("fail", lc.RUNNING, lc.arrival_state(ready_at, now))
             after = sql.finish(tx.conn, row, state=state, now=now, ready_at=ready_at, error=a.error)
         core.moved(tx, row, after)
-        queue = row[sql.QUEUE]
+        queue = row.queue
         tx.after(lambda: core.metrics.failed(queue))
         return after
 
@@ -443,7 +441,7 @@ def release(core: Core, call: Call, a: ReleaseArgs) -> Plan:
 
     def change(tx: Tx, row: sql.Row) -> sql.Row:
         now = tx.now_ms
-        ready_at = now + a.delay_ms if a.delay_ms else row[sql.READY_AT]
+        ready_at = now + a.delay_ms if a.delay_ms else row.ready_at
         state = lc.check("release", lc.RUNNING, lc.arrival_state(ready_at, now))
         after = sql.finish(tx.conn, row, state=state, now=now, ready_at=ready_at, attempts_delta=-1)
         core.moved(tx, row, after)
