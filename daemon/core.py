@@ -34,11 +34,10 @@ from daemon.admission.policies import Policies
 from daemon.config import Config
 from daemon.metrics import Metrics
 from daemon.session import Authenticator
-from daemon.store import budgets as budget_sql
-from daemon.store import jobs as sql
-from daemon.store import queues as queue_sql
-from daemon.store.database import GroupCommit, Tx
+from daemon.store.database import GroupCommit
 from daemon.store.health import StoreHealth
+from daemon.store.interface import JobRow, Store, Tx
+from daemon.store.rows import dumps, to_wire
 
 log = logging.getLogger("sluicegate.core")
 RUNNING_CACHE_MAX = 100_000
@@ -52,12 +51,15 @@ class Core:
     def __init__(self, config: Config, db: sqlite_utils.Database, clock: Clock) -> None:
         self.config = config
         self.db = db
+        #: SQLite's connection: white-box tests read it; the daemon goes through ``store``.
         self.conn = db.conn
         self.clock = clock
         self.auth = Authenticator(config)
         cfg = config.daemon
         health = StoreHealth(cfg.database_path(), cfg.wal_max_bytes)
         self.writer = GroupCommit(self.conn, clock.now_ms, health=health)
+        #: Every read and write of the daemon goes through this interface.
+        self.store: Store = self.writer.store
         self.meter = usage.Meter()
         self.writer.pending.append(self.meter)
         self.router = ClaimRouter()
@@ -77,7 +79,7 @@ class Core:
         #: change only after commits; every write using one is guarded on the
         #: lease in the store, so a stale entry is harmless. Bounded: jobs with
         #: big payloads, or past the cap, are simply looked up in the store.
-        self.running: dict[str, sql.Row] = {}
+        self.running: dict[str, JobRow] = {}
         self.budgets: dict[QueueKey, Budget] = {}  # by (namespace, key)
         self.budget_gate = BudgetGate(self)
         self.namespaces = Namespaces()
@@ -94,9 +96,10 @@ class Core:
 
     def recover(self) -> None:
         """Rebuild in-memory state from the store."""
-        self.counts.load(sql.state_counts(self.conn))
-        self.known_queues = {(ns, q) for ns, q, _c, _d in queue_sql.all_queues(self.conn)}
-        self.budgets = {(r[0], r[1]): budget_sql.load(r) for r in budget_sql.all_budgets(self.conn)}
+        store = self.store
+        self.counts.load(store.jobs.state_counts())
+        self.known_queues = {(ns, q) for ns, q, _c, _d in store.queues.all_queues()}
+        self.budgets = {(b.namespace, b.key): b for b in store.budgets.load_all()}
         self.budget_gate.recover()
         self.policies.load()
         quotas.reload(self)
@@ -154,14 +157,14 @@ class Core:
             info["loop_lag"] = lag
         return info
 
-    def job_wire(self, row: sql.Row, now_ms: int | None = None) -> dict[str, Any]:
+    def job_wire(self, row: JobRow, now_ms: int | None = None) -> dict[str, Any]:
         """The job object of ``row`` with its derived ``admission``."""
-        job = sql.to_wire(row)
+        job = to_wire(row)
         if row.state == lc.PENDING:
             job["admission"] = self.admission(row, now_ms)
         return job
 
-    def admission(self, row: sql.Row, now_ms: int | None = None) -> dict[str, Any] | None:
+    def admission(self, row: JobRow, now_ms: int | None = None) -> dict[str, Any] | None:
         """A pending job's derived ``admission``: budgets first, then its namespace's
         hold (``max_running`` reached, or a quota that cannot be read)."""
         now = self.clock.now_ms() if now_ms is None else now_ms
@@ -200,7 +203,7 @@ class Core:
         """Record a queue at its first enqueue."""
         key = (namespace, queue)
         if key not in self.known_queues:
-            queue_sql.ensure(tx.conn, namespace, queue, tx.now_ms)
+            tx.store.queues.ensure(namespace, queue, tx.now_ms)
             tx.after(lambda: self.known_queues.add(key))
 
     def claimable(self, key: QueueKey) -> int:
@@ -218,7 +221,7 @@ class Core:
         now = self.claimable(key)
         self.router.ring(key, n, pending=now, edge=now == n)
 
-    def added(self, tx: Tx, rows: list[sql.Row]) -> None:
+    def added(self, tx: Tx, rows: list[JobRow]) -> None:
         """Job rows were inserted in their arrival states (parked ones counted by dispatch)."""
         if not rows:
             return
@@ -253,11 +256,11 @@ class Core:
         """``n`` parked jobs of ``key`` went back to the ready index (after commit)."""
         self._ring(key, n)
 
-    def moved(self, tx: Tx, before: sql.Row, after: sql.Row) -> None:
+    def moved(self, tx: Tx, before: JobRow, after: JobRow) -> None:
         """A job went from ``before``'s state to ``after``'s."""
         self.moved_from(tx, before.state, after)
 
-    def moved_from(self, tx: Tx, source: str, after: sql.Row) -> None:
+    def moved_from(self, tx: Tx, source: str, after: JobRow) -> None:
         """A job went from state ``source`` to ``after``'s."""
         key = (after.namespace, after.queue)
         target = after.state
@@ -283,7 +286,7 @@ class Core:
             # After the counts' effect: the reopen check reads the new counts.
             self.policies.left_running(tx, key)
 
-    def finished(self, tx: Tx, afters: list[sql.Row]) -> None:
+    def finished(self, tx: Tx, afters: list[JobRow]) -> None:
         """Running jobs were completed or went dead (``afters``: their rows now).
 
         :meth:`moved_from` for many terminal moves at once: one effect, counts
@@ -314,18 +317,18 @@ class Core:
             for after in afters:  # after the counts' effect, as in moved_from
                 self.policies.left_running(tx, (after.namespace, after.queue))
 
-    def remember_running(self, row: sql.Row) -> None:
+    def remember_running(self, row: JobRow) -> None:
         """Keep a running job's row in :attr:`running` (within the bounds)."""
         if len(self.running) < RUNNING_CACHE_MAX and len(row.payload) <= RUNNING_CACHE_PAYLOAD:
             self.running[row.id] = row
 
-    def lease_extended(self, row: sql.Row) -> None:
+    def lease_extended(self, row: JobRow) -> None:
         """A heartbeat moved a lease's expiry (after commit)."""
         if row.id in self.running:
             self.running[row.id] = row
         self.reaper.note(row.lease_expires_at)
 
-    def claimed(self, tx: Tx, rows: list[sql.Row]) -> None:
+    def claimed(self, tx: Tx, rows: list[JobRow]) -> None:
         """Jobs were claimed (pending -> running) by one claim statement."""
         if not rows:
             return
@@ -373,24 +376,22 @@ class Core:
 
     def promote_due(self, tx: Tx) -> None:
         """Make every scheduled job whose time has come pending."""
-        rows = sql.promote_due(tx.conn, tx.now_ms)
+        rows = tx.store.jobs.promote_due(tx.now_ms)
         self.promoted(tx, [(r[0], r[1]) for r in rows])
 
     def reap_lapsed(self, tx: Tx) -> None:
         """Return lapsed leases to pending, or to dead when attempts are spent."""
-        for row in sql.lapsed(tx.conn, tx.now_ms):
+        for row in tx.store.jobs.lapsed(tx.now_ms):
             if row.attempts >= row.max_attempts:
-                after = sql.finish(
-                    tx.conn,
+                after = tx.store.jobs.finish(
                     row,
                     state=lc.check("reap", lc.RUNNING, lc.DEAD),
                     now=tx.now_ms,
                     error="lease expired",
-                    dead=sql.dumps({"at": tx.now_ms, "reason": "attempts_exhausted"}),
+                    dead=dumps({"at": tx.now_ms, "reason": "attempts_exhausted"}),
                 )
             else:
-                after = sql.finish(
-                    tx.conn,
+                after = tx.store.jobs.finish(
                     row,
                     state=lc.check("reap", lc.RUNNING, lc.PENDING),
                     now=tx.now_ms,
@@ -423,7 +424,7 @@ class _Due:
         self._core = core
 
     def earliest(self) -> int | None:
-        return sql.earliest_scheduled(self._core.conn)
+        return self._core.store.jobs.earliest_scheduled()
 
     async def run_due(self, now_ms: int) -> None:
         await self._core.writer.write(self._core.promote_due)
@@ -436,7 +437,7 @@ class _Lapsed:
         self._core = core
 
     def earliest(self) -> int | None:
-        return sql.earliest_lease_expiry(self._core.conn)
+        return self._core.store.jobs.earliest_lease_expiry()
 
     async def run_due(self, now_ms: int) -> None:
         await self._core.writer.write(self._core.reap_lapsed)

@@ -14,6 +14,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
+from daemon.store.interface import StaleRow
 from daemon.store.pages import page_query
 from daemon.store.rows import FIELDS, JobRow, as_row, dumps, to_wire
 
@@ -93,10 +94,6 @@ def find_live_unique(conn: sqlite3.Connection, namespace: str, queue: str, key: 
 
 _INDEX = {name: i for i, name in enumerate(COLUMNS)}
 _UPDATE_SQL: dict[tuple[Any, ...], str] = {}
-
-
-class StaleRow(Exception):
-    """A guarded update found the job no longer in the state its caller saw."""
 
 
 def update(

@@ -14,8 +14,8 @@ import attrs
 from actors import lifecycle as lc
 from actors.errors import Refused, invalid, not_found
 from daemon.admission import quotas
-from daemon.store import jobs as sql
-from daemon.store.database import Tx
+from daemon.store.interface import JobRow, Tx
+from daemon.store.rows import to_wire
 from daemon.verbs.reading import page
 from daemon.verbs.table import Call, Plan, answer_now, verb
 from daemon.wire import between, name, text
@@ -71,14 +71,14 @@ def dead_replay(core: Core, call: Call, a: DeadReplayArgs) -> Plan:
 
     def write(tx: Tx) -> dict[str, Any]:
         if a.all:
-            ids = sql.dead_ids(tx.conn, namespace, a.queue, a.after, a.limit + 1)
+            ids = tx.store.jobs.dead_ids(namespace, a.queue, a.after, a.limit + 1)
             remaining = len(ids) > a.limit
             ids = ids[: a.limit]
         else:
             ids, remaining = list(dict.fromkeys(a.job_ids or [])), False
         rows = []
         for job_id in ids:
-            row = sql.get(tx.conn, namespace, job_id)
+            row = tx.store.jobs.get(namespace, job_id)
             if row is None:
                 raise not_found(f"job {job_id!r}")
             call.scope(row.queue)
@@ -94,19 +94,19 @@ def dead_replay(core: Core, call: Call, a: DeadReplayArgs) -> Plan:
         results = []
         for i, row in enumerate(rows):
             if i >= live:
-                results.append({"job": sql.to_wire(row), "duplicate": False, "folded": False,
+                results.append({"job": to_wire(row), "duplicate": False, "folded": False,
                                 "shed": True})  # fmt: skip
                 continue
             key = row.unique_key
-            live_job = key and sql.find_live_unique(tx.conn, namespace, row.queue, key)
+            live_job = key and tx.store.jobs.find_live_unique(namespace, row.queue, key)
             if live_job:
-                results.append({"job": sql.to_wire(live_job), "duplicate": True, "folded": False,
+                results.append({"job": to_wire(live_job), "duplicate": True, "folded": False,
                                 "shed": False})  # fmt: skip
                 continue
             if row.budgets is not None:
                 core.budget_gate.check_payable(row)
             lc.check("replay", lc.DEAD, lc.PENDING)
-            after = sql.replay(tx.conn, row, tx.now_ms)
+            after = tx.store.jobs.replay(row, tx.now_ms)
             core.moved(tx, row, after)
             job = core.job_wire(after, tx.now_ms)
             results.append({"job": job, "duplicate": False, "folded": False, "shed": False})
@@ -119,5 +119,5 @@ def dead_replay(core: Core, call: Call, a: DeadReplayArgs) -> Plan:
     return Plan(write)
 
 
-def _first_queue(rows: list[sql.Row]) -> str:
+def _first_queue(rows: list[JobRow]) -> str:
     return rows[0].queue if rows else ""
