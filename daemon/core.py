@@ -385,7 +385,8 @@ class Core:
             if row.attempts >= row.max_attempts:
                 after = tx.store.jobs.finish(
                     row,
-                    state=lc.check("reap", lc.RUNNING, lc.DEAD),
+                    event="reap",
+                    state=lc.DEAD,
                     now=tx.now_ms,
                     error="lease expired",
                     dead=dumps({"at": tx.now_ms, "reason": "attempts_exhausted"}),
@@ -393,7 +394,8 @@ class Core:
             else:
                 after = tx.store.jobs.finish(
                     row,
-                    state=lc.check("reap", lc.RUNNING, lc.PENDING),
+                    event="reap",
+                    state=lc.PENDING,
                     now=tx.now_ms,
                     error="lease expired",
                 )

@@ -53,16 +53,28 @@ order) then, after admission decided, ``jobs.mark_running`` / ``jobs.park``
 in the same transaction. SQLite's ``BEGIN IMMEDIATE`` holds the database's
 write lock for the whole group, so every row read is already locked.
 PostgreSQL: ``ready`` is ``SELECT ... FOR UPDATE SKIP LOCKED`` (another
-daemon's candidates are skipped, never waited for); a budget or queue policy
-that admission reads is locked after the jobs (``budgets.lock`` / a policy
-charge is ``UPDATE ... RETURNING``, blocking, in key order), as seed 002
-REQ-4 describes, so two daemons never deadlock. Guarded updates
+daemon's candidates are skipped, never waited for); the budget and queue
+policy rows that admission decides against are locked after the jobs, blocking
+and in key order (``SELECT ... FOR UPDATE``, or the ``UPDATE`` of
+``budgets.save_pool`` / ``policies.charge`` itself), as seed 002 REQ-4
+describes, so two daemons never deadlock. Those reads are the operations
+issue 15 adds to :class:`BudgetStore` and :class:`PolicyStore`; today the
+actors' memory is the exact copy, since one daemon owns the file. Guarded updates
 (``finish``, ``heartbeat``: ``WHERE state = 'running' AND lease = ?``) lock
 the row they change and raise :class:`StaleRow` when it moved on, which both
 dialects express with the affected-row count.
 
+**The lifecycle table is enforced at this door.** Every method that moves a
+job (``mark_running``: claim; ``extend_lease``: heartbeat; ``finish``:
+complete, fail, release, reap; ``complete_many``; ``fold``; ``replay``) checks
+:data:`actors.lifecycle.TRANSITIONS` against the row it is given before any
+statement runs, and raises :class:`~actors.lifecycle.IllegalTransition`,
+having changed nothing. ``promote_due`` moves many rows in one statement, so
+its guard is the table's own: only the states :func:`actors.lifecycle.sources`
+names for ``promote``. The contract suite holds every implementation to this.
+
 **Time is passed in.** Every method that needs "now" takes it (``now``, in
-ms since the epoch, from the Transaction), so a store never reads a clock and
+ms since the epoch, from the Transaction), so a store never reads a clock, and
 the contract suite runs at exact instants (the horizon ± 1 ms).
 """
 
@@ -180,6 +192,7 @@ class JobStore(Protocol):
         self,
         before: JobRow,
         *,
+        event: str,
         state: str,
         now: int,
         ready_at: int | None = None,
@@ -188,7 +201,8 @@ class JobStore(Protocol):
         result: str | None = None,
         dead: str | None = None,
     ) -> JobRow:
-        """A running job leaves ``running`` (guarded on its lease: :class:`StaleRow`)."""
+        """A running job leaves ``running`` by ``event`` (complete, fail, release,
+        reap) for ``state`` (guarded on its lease: :class:`StaleRow`)."""
 
     def complete_many(self, rows: list[tuple[JobRow, str | None]], now: int) -> list[JobRow] | None:
         """Complete running jobs ((row, result JSON) each), all or none: None

@@ -14,6 +14,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
+from actors import lifecycle as lc
 from daemon.store.interface import StaleRow
 from daemon.store.pages import page_query
 from daemon.store.rows import FIELDS, JobRow, as_row, dumps, to_wire
@@ -129,7 +130,8 @@ def fold(conn: sqlite3.Connection, before: Row, payload: str, ready_at: int, now
     A folded job is scheduled again, so it is no longer parked.
     """
     changes = {
-        "payload": payload, "ready_at": ready_at, "state": "scheduled", "updated_at": now,
+        "payload": payload, "ready_at": ready_at,
+        "state": lc.check("fold", before[STATE], lc.SCHEDULED), "updated_at": now,
         "parked_on": None,
     }  # fmt: skip
     return update(conn, before, changes)
@@ -239,7 +241,8 @@ def mark_running(
     """Claim the jobs ``rows`` (as read in this transaction): running, one more
     attempt, leased; their rows after."""
     claimed = []
-    for row in rows:
+    for row in rows:  # all checked before any statement runs
+        lc.check("claim", row[STATE], lc.RUNNING)
         after = list(row)
         after[STATE] = "running"
         after[ATTEMPTS] = row[ATTEMPTS] + 1
@@ -257,6 +260,7 @@ def mark_running(
 
 def extend_lease(conn: sqlite3.Connection, before: Row, expires: int, now: int) -> Row:
     """Heartbeat: push a running job's lease expiry (guarded on its lease)."""
+    lc.check("heartbeat", before[STATE], lc.RUNNING)
     return update(conn, before, {"lease_expires_at": expires, "updated_at": now}, running=True)
 
 
@@ -264,6 +268,7 @@ def finish(
     conn: sqlite3.Connection,
     before: Row,
     *,
+    event: str,
     state: str,
     now: int,
     ready_at: int | None = None,
@@ -274,8 +279,11 @@ def finish(
 ) -> Row:
     """Move a running job out of ``running``: completed, dead, or back to waiting.
 
-    Guarded on ``before``'s lease (:class:`StaleRow` if it no longer holds).
+    ``event`` names the transition (complete, fail, release, reap) that the
+    lifecycle table must allow from ``before``'s state to ``state``. Guarded on
+    ``before``'s lease (:class:`StaleRow` if it no longer holds).
     """
+    lc.check(event, before[STATE], state)
     changes: dict[str, Any] = {
         "state": state,
         "lease": None,
@@ -312,6 +320,7 @@ def complete_many(
     # statement per (lease, result) and up to _IN_CHUNK ids.
     groups: dict[tuple[str, str | None], list[str]] = {}
     for row, result in rows:
+        lc.check("complete", row[STATE], lc.COMPLETED)
         groups.setdefault((row[LEASE], result), []).append(row[ID])
     conn.execute("SAVEPOINT complete_many")
     changed = 0
@@ -338,20 +347,31 @@ def complete_many(
 def replay(conn: sqlite3.Connection, before: Row, now: int) -> Row:
     """A dead letter back to pending: attempts 0, no error, no dead record."""
     changes = {
-        "state": "pending", "attempts": 0, "ready_at": now, "updated_at": now,
-        "finished_at": None, "error": None, "result": None, "dead": None,
+        "state": lc.check("replay", before[STATE], lc.PENDING), "attempts": 0, "ready_at": now,
+        "updated_at": now, "finished_at": None, "error": None, "result": None, "dead": None,
     }  # fmt: skip
     return update(conn, before, changes)
 
 
+def _state_is(states: Sequence[str]) -> str:
+    """SQL: the job is in one of ``states`` (equality for one, as partial indexes want)."""
+    if len(states) == 1:
+        return f"state = '{states[0]}'"
+    return "state IN ({})".format(", ".join(f"'{s}'" for s in states))
+
+
+# The lifecycle table says which states promote moves (scheduled): the guard is
+# derived from it, so the statement moves nothing the table does not allow.
+_PROMOTE = (
+    f"UPDATE jobs SET state = '{lc.PENDING}', updated_at = ? WHERE id IN "
+    f"(SELECT id FROM jobs WHERE {_state_is(lc.sources('promote', lc.PENDING))} "
+    "AND ready_at <= ? LIMIT ?) RETURNING namespace, queue"
+)
+
+
 def promote_due(conn: sqlite3.Connection, now: int, batch: int = 1000) -> list[tuple[str, str]]:
     """Scheduled jobs whose ``ready_at`` has come become pending; returns (ns, queue)."""
-    return conn.execute(
-        "UPDATE jobs SET state = 'pending', updated_at = ? WHERE id IN "
-        "(SELECT id FROM jobs WHERE state = 'scheduled' AND ready_at <= ? LIMIT ?) "
-        "RETURNING namespace, queue",
-        (now, now, batch),
-    ).fetchall()
+    return conn.execute(_PROMOTE, (now, now, batch)).fetchall()
 
 
 def lapsed(conn: sqlite3.Connection, now: int, batch: int = 1000) -> list[Row]:

@@ -105,7 +105,6 @@ def dead_replay(core: Core, call: Call, a: DeadReplayArgs) -> Plan:
                 continue
             if row.budgets is not None:
                 core.budget_gate.check_payable(row)
-            lc.check("replay", lc.DEAD, lc.PENDING)
             after = tx.store.jobs.replay(row, tx.now_ms)
             core.moved(tx, row, after)
             job = core.job_wire(after, tx.now_ms)

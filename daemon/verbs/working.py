@@ -308,7 +308,6 @@ def claim(core: Core, call: Call, a: ClaimArgs) -> Plan:
             held = core.budget_gate.admission(row, tx.now_ms)
             if row.parked_on is not None or core.budget_gate.debit(tx, row) is not None:
                 raise deferred_refusal(a.job_id, row.queue, held or {})
-        lc.check("claim", lc.PENDING, lc.RUNNING)
         claimed = tx.store.jobs.mark_running([row], _new_lease(), a.lease_ms, tx.now_ms)
         quotas.claimed(core, tx, call.namespace, 1)
         core.claimed(tx, claimed)
@@ -360,8 +359,9 @@ def complete(core: Core, call: Call, a: CompleteArgs) -> Plan:
     result = None if a.result is None else dumps(a.result)
 
     def change(tx: Tx, row: JobRow) -> JobRow:
-        state = lc.check("complete", lc.RUNNING, lc.COMPLETED)
-        after = tx.store.jobs.finish(row, state=state, now=tx.now_ms, result=result)
+        after = tx.store.jobs.finish(
+            row, event="complete", state=lc.COMPLETED, now=tx.now_ms, result=result
+        )
         core.finished(tx, [after])
         return after
 
@@ -378,7 +378,6 @@ def complete_many(core: Core, call: Call, a: CompleteManyArgs) -> Plan:
     """
 
     def write(tx: Tx) -> list[dict[str, Any]]:
-        state = lc.check("complete", lc.RUNNING, lc.COMPLETED)
         outcome: list[dict[str, Any]] = [{"job_id": c.job_id} for c in a.jobs]
         found: list[tuple[int, JobRow, str | None]] = []
         for i, c in enumerate(a.jobs):
@@ -393,8 +392,8 @@ def complete_many(core: Core, call: Call, a: CompleteManyArgs) -> Plan:
             done = []
             for i, row, result in found:
                 try:
-                    done.append(tx.store.jobs.finish(row, state=state, now=tx.now_ms,
-                                           result=result))  # fmt: skip
+                    done.append(tx.store.jobs.finish(row, event="complete", state=lc.COMPLETED,
+                                                     now=tx.now_ms, result=result))  # fmt: skip
                 except StaleRow:
                     try:
                         refusal = _lost(core, call, tx, row.id, row.lease)
@@ -418,15 +417,16 @@ def fail(core: Core, call: Call, a: FailArgs) -> Plan:
         now = tx.now_ms
         if a.dead or row.attempts >= row.max_attempts:
             reason = "failed" if a.dead else "attempts_exhausted"
-            after = tx.store.jobs.finish(row, state=lc.check("fail", lc.RUNNING, lc.DEAD), now=now,
-                error=a.error, dead=dumps({"at": now, "reason": reason}),
+            after = tx.store.jobs.finish(
+                row, event="fail", state=lc.DEAD, now=now, error=a.error,
+                dead=dumps({"at": now, "reason": reason}),
             )  # fmt: skip
         else:
             delay = a.retry_in_ms if a.retry_in_ms is not None else lc.backoff_ms(row.attempts)
             ready_at = now + delay
-            state = lc.check("fail", lc.RUNNING, lc.arrival_state(ready_at, now))
+            state = lc.arrival_state(ready_at, now)
             after = tx.store.jobs.finish(
-                row, state=state, now=now, ready_at=ready_at, error=a.error
+                row, event="fail", state=state, now=now, ready_at=ready_at, error=a.error
             )
         core.moved(tx, row, after)
         queue = row.queue
@@ -443,9 +443,9 @@ def release(core: Core, call: Call, a: ReleaseArgs) -> Plan:
     def change(tx: Tx, row: JobRow) -> JobRow:
         now = tx.now_ms
         ready_at = now + a.delay_ms if a.delay_ms else row.ready_at
-        state = lc.check("release", lc.RUNNING, lc.arrival_state(ready_at, now))
+        state = lc.arrival_state(ready_at, now)
         after = tx.store.jobs.finish(
-            row, state=state, now=now, ready_at=ready_at, attempts_delta=-1
+            row, event="release", state=state, now=now, ready_at=ready_at, attempts_delta=-1
         )
         core.moved(tx, row, after)
         return after
