@@ -23,6 +23,7 @@ from daemon.store.interface import (
     QueueStore,
     RetentionStore,
     SettingsStore,
+    Store,
     UsageStore,
 )
 
@@ -45,17 +46,8 @@ class _Bound:
             setattr(self, name, partial(getattr(module, name), conn))
 
 
-class SqliteStore:
+class SqliteStore(Store):
     """The daemon's SQLite database, as :class:`~daemon.store.interface.Store`."""
-
-    jobs: JobStore
-    queues: QueueStore
-    budgets: BudgetStore
-    policies: PolicyStore
-    settings: SettingsStore
-    audit: AuditStore
-    usage: UsageStore
-    retention: RetentionStore
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         #: The connection; only this package's SQLite code and white-box tests use it.
