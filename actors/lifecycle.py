@@ -9,7 +9,10 @@ Rules:
   replayed back to ``pending``.
 
 Every transition a verb or an actor makes is one row of :data:`TRANSITIONS`;
-an illegal one raises :class:`IllegalTransition` and changes nothing.
+an illegal one raises :class:`IllegalTransition` and changes nothing. The store
+enforces it on every transition (claim, heartbeat, complete, fail, release,
+reap, fold, replay; promote's statement moves only the states :func:`sources`
+names), checking the row it is given before any statement runs.
 """
 
 from __future__ import annotations
@@ -51,6 +54,12 @@ def check(event: str, source: str, target: str) -> str:
     if target not in TRANSITIONS.get((event, source), ()):
         raise IllegalTransition(f"{event}: {source} -> {target} is not allowed")
     return target
+
+
+def sources(event: str, target: str) -> tuple[str, ...]:
+    """The states ``event`` may move a job from to ``target``, in :data:`STATES`
+    order: the guard of a statement that moves many jobs at once (promote)."""
+    return tuple(s for s in STATES if target in TRANSITIONS.get((event, s), ()))
 
 
 def arrival_state(ready_at: int, now_ms: int) -> str:

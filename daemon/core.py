@@ -35,11 +35,10 @@ from daemon.admission.policies import Policies
 from daemon.config import Config
 from daemon.metrics import Metrics
 from daemon.session import Authenticator
-from daemon.store import budgets as budget_sql
-from daemon.store import jobs as sql
-from daemon.store import queues as queue_sql
-from daemon.store.database import GroupCommit, Tx
+from daemon.store.database import GroupCommit
 from daemon.store.health import StoreHealth
+from daemon.store.interface import JobRow, Store, Tx
+from daemon.store.rows import dumps, to_wire
 
 log = logging.getLogger("sluicegate.core")
 RUNNING_CACHE_MAX = 100_000
@@ -53,12 +52,15 @@ class Core:
     def __init__(self, config: Config, db: sqlite_utils.Database, clock: Clock) -> None:
         self.config = config
         self.db = db
+        #: SQLite's connection: white-box tests read it; the daemon goes through ``store``.
         self.conn = db.conn
         self.clock = clock
         self.auth = Authenticator(config)
         cfg = config.daemon
         health = StoreHealth(cfg.database_path(), cfg.wal_max_bytes)
         self.writer = GroupCommit(self.conn, clock.now_ms, health=health)
+        #: Every read and write of the daemon goes through this interface.
+        self.store: Store = self.writer.store
         self.meter = usage.Meter()
         self.writer.pending.append(self.meter)
         self.router = ClaimRouter()
@@ -68,12 +70,12 @@ class Core:
         self.history = History()  # the board's pictures (bounded, in memory)
         self.reaper = LeaseReaper(
             clock,
-            Due(lambda: sql.earliest_lease_expiry(self.conn),
+            Due(self.store.jobs.earliest_lease_expiry,
                 lambda _now: self.writer.write(self.reap_lapsed)),
         )  # fmt: skip
         self.delay_timer = DelayTimer(
             clock,
-            Due(lambda: sql.earliest_scheduled(self.conn),
+            Due(self.store.jobs.earliest_scheduled,
                 lambda _now: self.writer.write(self.promote_due)),
         )  # fmt: skip
         self.started_at = clock.now_ms()
@@ -86,7 +88,7 @@ class Core:
         #: change only after commits; every write using one is guarded on the
         #: lease in the store, so a stale entry is harmless. Bounded: jobs with
         #: big payloads, or past the cap, are simply looked up in the store.
-        self.running: dict[str, sql.Row] = {}
+        self.running: dict[str, JobRow] = {}
         self.budgets = Budgets()
         self.budget_gate = BudgetGate(self)
         self.namespaces = Namespaces()
@@ -103,9 +105,10 @@ class Core:
 
     def recover(self) -> None:
         """Rebuild in-memory state from the store."""
-        self.counts.load(sql.state_counts(self.conn))
-        self.known_queues = {(ns, q) for ns, q, _c, _d in queue_sql.all_queues(self.conn)}
-        self.budgets.load(budget_sql.load(r) for r in budget_sql.all_budgets(self.conn))
+        store = self.store
+        self.counts.load(store.jobs.state_counts())
+        self.known_queues = {(ns, q) for ns, q, _c, _d in store.queues.all_queues()}
+        self.budgets.load(store.budgets.load_all())
         self.budget_gate.recover()
         self.policies.load()
         quotas.reload(self)
@@ -163,26 +166,26 @@ class Core:
             info["loop_lag"] = lag
         return info
 
-    def job_wire(self, row: sql.Row, now_ms: int | None = None) -> dict[str, Any]:
+    def job_wire(self, row: JobRow, now_ms: int | None = None) -> dict[str, Any]:
         """The job object of ``row`` with its derived ``admission``."""
-        job = sql.to_wire(row)
-        if row[sql.STATE] == lc.PENDING:
+        job = to_wire(row)
+        if row.state == lc.PENDING:
             job["admission"] = self.admission(row, now_ms)
         return job
 
-    def admission(self, row: sql.Row, now_ms: int | None = None) -> dict[str, Any] | None:
+    def admission(self, row: JobRow, now_ms: int | None = None) -> dict[str, Any] | None:
         """A pending job's derived ``admission``: budgets first, then its namespace's
         hold (``max_running`` reached, or a quota that cannot be read)."""
         now = self.clock.now_ms() if now_ms is None else now_ms
-        held = self.budget_gate.admission(row, now) if row[sql.BUDGETS] is not None else None
+        held = self.budget_gate.admission(row, now) if row.budgets is not None else None
         if held is not None and held["state"] == "deferred":
             return held
-        namespace = row[sql.NAMESPACE]
+        namespace = row.namespace
         hold = quotas.hold(self, namespace)
         if hold is not None:
             at = self.reaper.target if hold == "running_full" else None
             return {"state": "deferred", "reason": hold, "next_eligible_at": at, "exact": False}
-        policy = self.policies.status((namespace, row[sql.QUEUE]), now)
+        policy = self.policies.status((namespace, row.queue), now)
         if policy is not None and (policy.state == "deferred" or held is None):
             return policy.to_dict()
         quota = self.namespaces.get(namespace).quota
@@ -209,7 +212,7 @@ class Core:
         """Record a queue at its first enqueue."""
         key = (namespace, queue)
         if key not in self.known_queues:
-            queue_sql.ensure(tx.conn, namespace, queue, tx.now_ms)
+            tx.store.queues.ensure(namespace, queue, tx.now_ms)
             tx.after(lambda: self.known_queues.add(key))
 
     def claimable(self, key: QueueKey) -> int:
@@ -227,7 +230,7 @@ class Core:
         now = self.claimable(key)
         self.router.ring(key, n, pending=now, edge=now == n)
 
-    def added(self, tx: Tx, rows: list[sql.Row]) -> None:
+    def added(self, tx: Tx, rows: list[JobRow]) -> None:
         """Job rows were inserted in their arrival states (parked ones counted by dispatch)."""
         if not rows:
             return
@@ -236,17 +239,15 @@ class Core:
         live: dict[str, int] = {}
         earliest: int | None = None
         for row in rows:
-            key = (row[sql.NAMESPACE], row[sql.QUEUE])
-            slot = (key, row[sql.STATE])
+            key = (row.namespace, row.queue)
+            slot = (key, row.state)
             per_key[slot] = per_key.get(slot, 0) + 1
-            if row[sql.STATE] != lc.DEAD:  # shed rows were never accepted: not usage
+            if row.state != lc.DEAD:  # shed rows were never accepted: not usage
                 live[key[0]] = live.get(key[0], 0) + 1
-            if row[sql.STATE] == lc.PENDING and row[sql.PARKED_ON] is None:
+            if row.state == lc.PENDING and row.parked_on is None:
                 ready[key] = ready.get(key, 0) + 1
-            elif row[sql.STATE] == lc.SCHEDULED and (
-                earliest is None or row[sql.READY_AT] < earliest
-            ):
-                earliest = row[sql.READY_AT]
+            elif row.state == lc.SCHEDULED and (earliest is None or row.ready_at < earliest):
+                earliest = row.ready_at
         self.meter.note(tx, live)
 
         def effect() -> None:
@@ -264,21 +265,21 @@ class Core:
         """``n`` parked jobs of ``key`` went back to the ready index (after commit)."""
         self._ring(key, n)
 
-    def moved(self, tx: Tx, before: sql.Row, after: sql.Row) -> None:
+    def moved(self, tx: Tx, before: JobRow, after: JobRow) -> None:
         """A job went from ``before``'s state to ``after``'s."""
-        self.moved_from(tx, before[sql.STATE], after)
+        self.moved_from(tx, before.state, after)
 
-    def moved_from(self, tx: Tx, source: str, after: sql.Row) -> None:
+    def moved_from(self, tx: Tx, source: str, after: JobRow) -> None:
         """A job went from state ``source`` to ``after``'s."""
-        key = (after[sql.NAMESPACE], after[sql.QUEUE])
-        target = after[sql.STATE]
-        ready_at, expires = after[sql.READY_AT], after[sql.LEASE_EXPIRES_AT]
-        if after[sql.BUDGETS] is not None:
+        key = (after.namespace, after.queue)
+        target = after.state
+        ready_at, expires = after.ready_at, after.lease_expires_at
+        if after.budgets is not None:
             self.budget_gate.moved(tx, source, after)
 
         def effect() -> None:
             if source == lc.RUNNING:
-                self.running.pop(after[sql.ID], None)
+                self.running.pop(after.id, None)
             self.counts.move(key, source, target)
             self.metrics.moved(key[1], source, target)
             if target == lc.RUNNING and expires is not None:
@@ -294,7 +295,7 @@ class Core:
             # After the counts' effect: the reopen check reads the new counts.
             self.policies.left_running(tx, key)
 
-    def finished(self, tx: Tx, afters: list[sql.Row]) -> None:
+    def finished(self, tx: Tx, afters: list[JobRow]) -> None:
         """Running jobs were completed or went dead (``afters``: their rows now).
 
         :meth:`moved_from` for many terminal moves at once: one effect, counts
@@ -302,11 +303,11 @@ class Core:
         """
         per_key: dict[tuple[QueueKey, str], int] = {}
         for after in afters:
-            if after[sql.BUDGETS] is not None:
+            if after.budgets is not None:
                 self.budget_gate.moved(tx, lc.RUNNING, after)
-            slot = ((after[sql.NAMESPACE], after[sql.QUEUE]), after[sql.STATE])
+            slot = ((after.namespace, after.queue), after.state)
             per_key[slot] = per_key.get(slot, 0) + 1
-        ids = [after[sql.ID] for after in afters]
+        ids = [after.id for after in afters]
 
         def effect() -> None:
             for job_id in ids:
@@ -323,32 +324,32 @@ class Core:
         tx.after(effect)
         if self.policies.states:
             for after in afters:  # after the counts' effect, as in moved_from
-                self.policies.left_running(tx, (after[sql.NAMESPACE], after[sql.QUEUE]))
+                self.policies.left_running(tx, (after.namespace, after.queue))
 
-    def remember_running(self, row: sql.Row) -> None:
+    def remember_running(self, row: JobRow) -> None:
         """Keep a running job's row in :attr:`running` (within the bounds)."""
-        if len(self.running) < RUNNING_CACHE_MAX and len(row[sql.PAYLOAD]) <= RUNNING_CACHE_PAYLOAD:
-            self.running[row[sql.ID]] = row
+        if len(self.running) < RUNNING_CACHE_MAX and len(row.payload) <= RUNNING_CACHE_PAYLOAD:
+            self.running[row.id] = row
 
-    def lease_extended(self, row: sql.Row) -> None:
+    def lease_extended(self, row: JobRow) -> None:
         """A heartbeat moved a lease's expiry (after commit)."""
-        if row[sql.ID] in self.running:
-            self.running[row[sql.ID]] = row
-        self.reaper.note(row[sql.LEASE_EXPIRES_AT])
+        if row.id in self.running:
+            self.running[row.id] = row
+        self.reaper.note(row.lease_expires_at)
 
-    def claimed(self, tx: Tx, rows: list[sql.Row]) -> None:
+    def claimed(self, tx: Tx, rows: list[JobRow]) -> None:
         """Jobs were claimed (pending -> running) by one claim statement."""
         if not rows:
             return
         now = tx.now_ms
-        earliest = min(r[sql.LEASE_EXPIRES_AT] for r in rows)
+        earliest = min(r.lease_expires_at for r in rows)
 
         def effect() -> None:
             waits: dict[QueueKey, list[float]] = {}
             for row in rows:
                 self.remember_running(row)
-                key = (row[sql.NAMESPACE], row[sql.QUEUE])
-                waits.setdefault(key, []).append(max(0, now - row[sql.READY_AT]) / 1000)
+                key = (row.namespace, row.queue)
+                waits.setdefault(key, []).append(max(0, now - row.ready_at) / 1000)
             for key, seconds in waits.items():  # counted once per queue, not per job
                 self.counts.move(key, lc.PENDING, lc.RUNNING, len(seconds))
                 self.metrics.moved(key[1], lc.PENDING, lc.RUNNING, len(seconds))
@@ -384,31 +385,31 @@ class Core:
 
     def promote_due(self, tx: Tx) -> None:
         """Make every scheduled job whose time has come pending."""
-        rows = sql.promote_due(tx.conn, tx.now_ms)
+        rows = tx.store.jobs.promote_due(tx.now_ms)
         self.promoted(tx, [(r[0], r[1]) for r in rows])
 
     def reap_lapsed(self, tx: Tx) -> None:
         """Return lapsed leases to pending, or to dead when attempts are spent."""
-        for row in sql.lapsed(tx.conn, tx.now_ms):
-            if row[sql.ATTEMPTS] >= row[sql.MAX_ATTEMPTS]:
-                after = sql.finish(
-                    tx.conn,
+        for row in tx.store.jobs.lapsed(tx.now_ms):
+            if row.attempts >= row.max_attempts:
+                after = tx.store.jobs.finish(
                     row,
-                    state=lc.check("reap", lc.RUNNING, lc.DEAD),
+                    event="reap",
+                    state=lc.DEAD,
                     now=tx.now_ms,
                     error="lease expired",
-                    dead=sql.dumps({"at": tx.now_ms, "reason": "attempts_exhausted"}),
+                    dead=dumps({"at": tx.now_ms, "reason": "attempts_exhausted"}),
                 )
             else:
-                after = sql.finish(
-                    tx.conn,
+                after = tx.store.jobs.finish(
                     row,
-                    state=lc.check("reap", lc.RUNNING, lc.PENDING),
+                    event="reap",
+                    state=lc.PENDING,
                     now=tx.now_ms,
                     error="lease expired",
                 )
             self.moved(tx, row, after)
-            queue = row[sql.QUEUE]
+            queue = row.queue
             tx.after(lambda queue=queue: self.metrics.failed(queue))
 
     def catch_up(self, tx: Tx) -> None:

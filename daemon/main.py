@@ -22,7 +22,6 @@ import gc
 import logging
 import os
 import signal
-import sqlite3
 import sys
 import time
 import zoneinfo
@@ -97,7 +96,7 @@ class Daemon:
                     await self._serve(cfg, db, clock, listener, http_sockets, max_connections,
                                       socket_passed=bool(fds), task_status=task_status)  # fmt: skip
                 finally:
-                    db.conn.close()
+                    db.close()
         finally:
             if self.started:  # a daemon that never served never "stopped"
                 log.info("stopped")
@@ -413,7 +412,7 @@ def _open_store(cfg: DaemonConfig) -> Any:
                              journal_size_limit=cfg.wal_max_bytes)  # fmt: skip
     except StoreUnavailable as exc:  # its message names the path and the cause
         raise StartupError(str(exc)) from exc
-    except (sqlite3.Error, OSError) as exc:
+    except OSError as exc:
         cause = reason(exc) if isinstance(exc, OSError) else str(exc)
         raise StartupError(f"cannot open the database {path}: {cause}") from exc
 

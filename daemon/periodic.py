@@ -27,7 +27,6 @@ slot after that instant, never for slots before it existed.
 from __future__ import annotations
 
 import logging
-import sqlite3
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -38,8 +37,7 @@ from actors.clock import Clock
 from actors.errors import Refused
 from actors.periodic import PeriodicActor
 from daemon.config import PeriodicConfig
-from daemon.store import settings as settings_sql
-from daemon.store.database import GroupCommit, Tx
+from daemon.store.interface import Committer, SettingsStore, Tx
 
 log = logging.getLogger("sluicegate.periodic")
 ACTOR = "periodic"
@@ -53,9 +51,9 @@ def settings_key(entry: PeriodicConfig) -> str:
     return f"periodic:{len(entry.namespace.encode())}:{entry.namespace}:{entry.name}"
 
 
-def stored(conn: sqlite3.Connection, key: str) -> dict[str, Any] | None:
+def stored(settings: SettingsStore, key: str) -> dict[str, Any] | None:
     """The entry's record (None when absent or unreadable)."""
-    text = settings_sql.get(conn, key)
+    text = settings.get(key)
     if text is None:
         return None
     try:
@@ -68,7 +66,7 @@ def stored(conn: sqlite3.Connection, key: str) -> dict[str, Any] | None:
 
 
 def _put(tx: Tx, key: str, record: dict[str, Any]) -> None:
-    settings_sql.put(tx.conn, key, orjson.dumps(record).decode(), tx.now_ms)
+    tx.store.settings.put(key, orjson.dumps(record).decode(), tx.now_ms)
 
 
 def handled_through(entry: PeriodicConfig, record: dict[str, Any] | None) -> int | None:
@@ -108,7 +106,7 @@ def fire_write(
     enqueue_job = enqueue(entry, slot_ms)
 
     def write(tx: Tx) -> dict[str, Any]:
-        record = stored(tx.conn, key)
+        record = stored(tx.store.settings, key)
         if record is not None and record["slot_at"] >= slot_ms:
             return {"result": "duplicate"}
         result = enqueue_job(tx)[0]
@@ -128,7 +126,7 @@ def refused_write(entry: PeriodicConfig, slot_ms: int, code: str) -> Callable[[T
     key = settings_key(entry)
 
     def write(tx: Tx) -> None:
-        record = stored(tx.conn, key) or {}
+        record = stored(tx.store.settings, key) or {}
         if record.get("slot_at", -1) >= slot_ms:
             return
         _put(tx, key, {
@@ -146,7 +144,7 @@ def baseline_write(entries: dict[str, PeriodicConfig]) -> Callable[[Tx], dict[st
     def write(tx: Tx) -> dict[str, int]:
         out: dict[str, int] = {}
         for key, entry in entries.items():
-            record = stored(tx.conn, key)
+            record = stored(tx.store.settings, key)
             handled = handled_through(entry, record)
             if handled is None:
                 handled = tx.now_ms
@@ -169,7 +167,7 @@ class PeriodicScheduler:
         entries: Iterable[PeriodicConfig],
         *,
         clock: Clock,
-        writer: GroupCommit,
+        writer: Committer,
         enqueue: Enqueue,
         fired: Callable[[str, str], None],
     ) -> None:

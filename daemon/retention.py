@@ -40,9 +40,7 @@ from actors.errors import Refused
 from actors.ids import first_id
 from actors.retention import RetentionLeader
 from daemon.admission import usage
-from daemon.store import queues as queue_sql
-from daemon.store import retention as store
-from daemon.store.database import Tx
+from daemon.store.interface import RETENTION, Tx
 
 if TYPE_CHECKING:
     from daemon.core import Core
@@ -118,10 +116,10 @@ class Retention:
 
     def _renew(self, tx: Tx) -> bool:
         expires = tx.now_ms + LEASE_TICKS * self.core.config.retention.interval
-        return store.hold_lease(tx.conn, store.RETENTION, self.holder, tx.now_ms, expires)
+        return tx.store.retention.hold_lease(RETENTION, self.holder, tx.now_ms, expires)
 
     def _release(self, tx: Tx) -> None:
-        store.release_lease(tx.conn, store.RETENTION, self.holder)
+        tx.store.retention.release_lease(RETENTION, self.holder)
         tx.after(lambda: setattr(self, "held", False))
 
     async def _sweep_write(self, fn: Callable[[Tx], T]) -> T:
@@ -159,7 +157,7 @@ class Retention:
         defaults = core.config.retention
         # The queues table names every queue, whichever daemon made it, so a leader
         # sweeps rows that other daemons sharing the database finished too.
-        ttls = {(ns, q): (c, d) for ns, q, c, d in queue_sql.all_queues(core.conn)}
+        ttls = {(ns, q): (c, d) for ns, q, c, d in core.store.queues.all_queues()}
         for key, _counts in core.counts:
             ttls.setdefault(key, (None, None))
         work = [
@@ -192,12 +190,12 @@ class Retention:
         while index < len(work) and budget > 0:
             key, state, ttl = work[index]
             cutoff = tx.now_ms - ttl
-            rows = store.window(tx.conn, state, *key, after, first_id(cutoff + 1), budget)
+            rows = tx.store.retention.window(state, *key, after, first_id(cutoff + 1), budget)
             expired = [
                 i for i, s, finished in rows
                 if s == state and finished is not None and finished <= cutoff
             ]  # fmt: skip
-            n = store.delete(tx.conn, state, expired)
+            n = tx.store.retention.delete(state, expired)
             self._removed(tx, key, state, TTL_REASONS[state], n)
             if n:
                 reason = (key[0], TTL_REASONS[state])
@@ -240,15 +238,15 @@ class Retention:
         queues = [
             q for q in core.counts.queues_of(namespace) if core.counts.get((namespace, q), state)
         ]
-        victims = store.oldest(
-            tx.conn, state, namespace, queues, min(over, core.config.retention.batch)
+        victims = tx.store.retention.oldest(
+            state, namespace, queues, min(over, core.config.retention.batch)
         )
         per_queue: dict[str, list[str]] = {}
         for job_id, queue in victims:
             per_queue.setdefault(queue, []).append(job_id)
         total = 0
         for queue, ids in per_queue.items():
-            n = store.delete(tx.conn, state, ids)
+            n = tx.store.retention.delete(state, ids)
             self._removed(tx, (namespace, queue), state, field, n)
             total += n
         return total

@@ -31,9 +31,7 @@ from actors import lifecycle as lc
 from actors.budgets import Budget, Budgets
 from actors.due import Due, DueActor
 from actors.errors import Refused
-from daemon.store import budgets as budget_sql
-from daemon.store import jobs as sql
-from daemon.store.database import Tx
+from daemon.store.interface import JobRow, Tx
 
 if TYPE_CHECKING:
     from daemon.core import Core
@@ -109,12 +107,12 @@ class BudgetGate:
 
     def recover(self) -> None:
         """Rebuild parked counts, bound costs and in-flight costs from the store."""
-        conn = self._core.conn
+        jobs = self._core.store.jobs
         self.parked_by_queue.clear()
         self.waiting.clear()
         for budget in self.budgets.values():
             budget.reset()
-        for namespace, queue, key, n in sql.parked_counts(conn):
+        for namespace, queue, key, n in jobs.parked_counts():
             budget = self.budgets.get((namespace, key))
             if budget is None:
                 log.warning("%d job(s) parked on missing budget %r/%r", n, namespace, key)
@@ -123,7 +121,7 @@ class BudgetGate:
             per_queue = self.parked_by_queue.setdefault((namespace, queue), {})
             per_queue[key] = per_queue.get(key, 0) + n
             self.waiting.add((namespace, key))
-        for job_id, namespace, state, text in sql.unfinished_bindings(conn):
+        for job_id, namespace, state, text in jobs.unfinished_bindings():
             for budget, cost in self._resolve(namespace, text):
                 budget.bind(cost)
                 if state == lc.RUNNING:
@@ -155,7 +153,7 @@ class BudgetGate:
     def claim(
         self, tx: Tx, namespace: str, queues: list[str], limit: int, lease: str,
         lease_ms: int | None, caps: dict[str, int] | None = None,
-    ) -> list[sql.Row]:  # fmt: skip
+    ) -> list[JobRow]:  # fmt: skip
         """Claim up to ``limit`` jobs of ``queues`` (at most ``caps[queue]`` of a
         capped queue): the ready ones whose budgets pay.
 
@@ -163,17 +161,17 @@ class BudgetGate:
         jobs behind it. The work is what is claimed plus what is parked (each
         job is parked once), never the parked backlog.
         """
-        conn, now = tx.conn, tx.now_ms
-        claimed: list[sql.Row] = []
+        jobs, now = tx.store.jobs, tx.now_ms
+        claimed: list[JobRow] = []
         parks_left = PARK_PER_CLAIM
         caps = dict(caps) if caps else None
         while True:
             want = limit - len(claimed)
-            rows = sql.ready(conn, namespace, queues, want, caps)
+            rows = jobs.ready(namespace, queues, want, caps)
             admitted = []
             parked = 0
             for row in rows:
-                if row[sql.BUDGETS] is None:
+                if row.budgets is None:
                     admitted.append(row)
                     continue
                 blocker = self.debit(tx, row)
@@ -183,23 +181,23 @@ class BudgetGate:
                     self.park(tx, row, blocker)
                     parks_left -= 1
                     parked += 1
-            claimed += sql.mark_running(conn, admitted, lease, lease_ms, now)
+            claimed += jobs.mark_running(admitted, lease, lease_ms, now)
             if caps is not None:
                 for row in admitted:
-                    if row[sql.QUEUE] in caps:
-                        caps[row[sql.QUEUE]] -= 1
+                    if row.queue in caps:
+                        caps[row.queue] -= 1
             if not parked or len(rows) < want or parks_left <= 0:
                 self.parks_left = parks_left
                 return claimed
 
-    def debit(self, tx: Tx, row: sql.Row) -> Budget | None:
+    def debit(self, tx: Tx, row: JobRow) -> Budget | None:
         """Debit every budget of ``row`` at once, or none: the first that cannot pay."""
         now = tx.now_ms
-        resolved = self._resolve(row[sql.NAMESPACE], row[sql.BUDGETS])
+        resolved = self._resolve(row.namespace, row.budgets)
         for budget, cost in resolved:
             if not budget.pool.can_debit(cost, now):
                 return budget
-        job_id = row[sql.ID]
+        job_id = row.id
         for budget, cost in resolved:
             tx.undo(budget.debit(job_id, cost, now))
             _save_pool(tx, budget)
@@ -207,14 +205,14 @@ class BudgetGate:
         tx.after(lambda: [metrics.budget_debited(b.key, c) for b, c in resolved])
         return None
 
-    def park(self, tx: Tx, row: sql.Row, budget: Budget) -> None:
+    def park(self, tx: Tx, row: JobRow, budget: Budget) -> None:
         """Park ``row`` on ``budget``: out of the ready index until released."""
-        job_id = row[sql.ID]
-        sql.park(tx.conn, [(budget.key, job_id)])
-        queue = (row[sql.NAMESPACE], row[sql.QUEUE])
-        self._count_parked(tx, budget, queue, cost_for(row[sql.BUDGETS], budget.key), 1)
+        job_id = row.id
+        tx.store.jobs.park([(budget.key, job_id)])
+        queue = (row.namespace, row.queue)
+        self._count_parked(tx, budget, queue, cost_for(row.budgets, budget.key), 1)
         # A released job that comes back no longer holds its promise.
-        for other, _cost in self._resolve(row[sql.NAMESPACE], row[sql.BUDGETS]):
+        for other, _cost in self._resolve(row.namespace, row.budgets):
             undo = other.unreserve(job_id)
             if undo is not None:
                 tx.undo(undo)
@@ -258,11 +256,11 @@ class BudgetGate:
 
     # -- jobs leaving running, finishing, coming back ---------------------------
 
-    def moved(self, tx: Tx, source: str, after: sql.Row) -> None:
+    def moved(self, tx: Tx, source: str, after: JobRow) -> None:
         """A bound job went from ``source`` to ``after``'s state."""
-        resolved = self._resolve(after[sql.NAMESPACE], after[sql.BUDGETS])
-        target = after[sql.STATE]
-        job_id = after[sql.ID]
+        resolved = self._resolve(after.namespace, after.budgets)
+        target = after.state
+        job_id = after.id
         if source == lc.RUNNING and target != lc.RUNNING:
             for budget, cost in resolved:
                 tx.undo(budget.credit(job_id, cost))
@@ -272,11 +270,11 @@ class BudgetGate:
             for budget, cost in resolved:
                 _change_bound(tx, budget, cost, 1 if now else -1)
 
-    def check_payable(self, row: sql.Row) -> None:
+    def check_payable(self, row: JobRow) -> None:
         """Before a dead job comes back: ``conflict`` if a budget of it is gone or
         can no longer pay its cost (it would wait for ever)."""
-        namespace, job_id = row[sql.NAMESPACE], row[sql.ID]
-        for key, cost in bindings(row[sql.BUDGETS]):
+        namespace, job_id = row.namespace, row.id
+        for key, cost in bindings(row.budgets):
             budget = self.budgets.get((namespace, key))
             if budget is None:
                 raise Refused(
@@ -288,19 +286,19 @@ class BudgetGate:
                     f"which can pay at most {budget.spec.max_cost()}",
                 )  # fmt: skip
 
-    def unparked_by_fold(self, tx: Tx, before: sql.Row) -> None:
+    def unparked_by_fold(self, tx: Tx, before: JobRow) -> None:
         """A parked job was folded (debounce) back to scheduled: it is no longer parked."""
-        key = before[sql.PARKED_ON]
-        budget = self.budgets.get((before[sql.NAMESPACE], key))
+        key = before.parked_on
+        budget = self.budgets.get((before.namespace, key))
         if budget is not None:
-            cost = cost_for(before[sql.BUDGETS], key)
-            queue = (before[sql.NAMESPACE], before[sql.QUEUE])
+            cost = cost_for(before.budgets, key)
+            queue = (before.namespace, before.queue)
             self._count_parked(tx, budget, queue, cost, -1)
             budget.head_is(None)
 
-    def claimed_admission(self, row: sql.Row, now_ms: int) -> dict[str, Any] | None:
+    def claimed_admission(self, row: JobRow, now_ms: int) -> dict[str, Any] | None:
         """``admission`` of a successful claim: each budget's tokens left."""
-        resolved = self._resolve(row[sql.NAMESPACE], row[sql.BUDGETS])
+        resolved = self._resolve(row.namespace, row.budgets)
         if not resolved:
             return None
         return {"budgets": [{"key": b.key, "available": b.pool.available(now_ms)}
@@ -331,7 +329,7 @@ class BudgetGate:
                 self.waiting.discard(key)
                 continue
             if budget.head_cost is None:
-                oldest = sql.parked_oldest(self._core.conn, key[0], key[1], 1)
+                oldest = self._core.store.jobs.parked_oldest(key[0], key[1], 1)
                 budget.head_is(cost_for(oldest[0][2], key[1]) if oldest else 1)
             at = budget.next_release_at(now)
             if at is not None and (best is None or at < best):
@@ -353,7 +351,7 @@ class BudgetGate:
         # that says where to stop): a release behind a big backlog stays cheap.
         affordable = budget.pool.available(tx.now_ms) - budget.reserved_cost
         limit = max(1, min(RELEASE_BATCH, int(affordable) + 1))
-        rows = sql.parked_oldest(tx.conn, budget.namespace, budget.key, limit)
+        rows = tx.store.jobs.parked_oldest(budget.namespace, budget.key, limit)
         if not rows:  # the count disagrees with the store: trust the store, never spin
             log.error("budget %r/%r counted %d parked jobs, the store has none",
                       budget.namespace, budget.key, budget.parked)  # fmt: skip
@@ -374,7 +372,7 @@ class BudgetGate:
         if not released:
             budget.head_is(head)
             return
-        sql.unpark(tx.conn, [job_id for job_id, _q, _c in released])
+        tx.store.jobs.unpark([job_id for job_id, _q, _c in released])
         per_queue: dict[str, int] = {}
         for _job_id, queue, cost in released:
             self._count_parked(tx, budget, (budget.namespace, queue), cost, -1)
@@ -426,16 +424,16 @@ class BudgetGate:
         if budget.pool.can_debit(need, now_ms):
             return (now_ms, False)
         running = self._core.running
-        expiries = [running[i][sql.LEASE_EXPIRES_AT] for i in budget.holders if i in running]
+        expiries = [running[i].lease_expires_at for i in budget.holders if i in running]
         return (min(expiries, default=None), False)
 
-    def admission(self, row: sql.Row, now_ms: int) -> dict[str, Any] | None:
+    def admission(self, row: JobRow, now_ms: int) -> dict[str, Any] | None:
         """The derived ``admission`` of a pending job bound to budgets (None otherwise)."""
-        if row[sql.STATE] != lc.PENDING or row[sql.BUDGETS] is None:
+        if row.state != lc.PENDING or row.budgets is None:
             return None
-        namespace = row[sql.NAMESPACE]
-        parked_on = row[sql.PARKED_ON]
-        for budget, cost in self._resolve(namespace, row[sql.BUDGETS]):
+        namespace = row.namespace
+        parked_on = row.parked_on
+        for budget, cost in self._resolve(namespace, row.budgets):
             if budget.key == parked_on or (
                 parked_on is None and not budget.pool.can_debit(cost, now_ms)
             ):
@@ -451,4 +449,4 @@ def _change_bound(tx: Tx, budget: Budget, cost: int, n: int) -> None:
 
 def _save_pool(tx: Tx, budget: Budget) -> None:
     state = budget.pool.snapshot(tx.now_ms)
-    budget_sql.save_pool(tx.conn, budget.namespace, budget.key, state)
+    tx.store.budgets.save_pool(budget.namespace, budget.key, state)

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from actors.bucket import TokenBucket, retry_after_s
 from actors.errors import Refused
 from actors.quota import Bucket
-from daemon.store.jobs import dumps
+from daemon.store.rows import dumps
 
 if TYPE_CHECKING:
     from actors.namespace import NamespaceActor

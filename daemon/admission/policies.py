@@ -26,10 +26,7 @@ from actors.budget import TokenPool
 from actors.due import Due, DueActor
 from actors.errors import Refused
 from actors.policy import Policy, PolicyState, Status, parse_policy
-from daemon.store import audit
-from daemon.store import jobs as sql
-from daemon.store import policies as policy_sql
-from daemon.store.database import Tx
+from daemon.store.interface import JobRow, Tx
 
 if TYPE_CHECKING:
     from daemon.core import Core
@@ -52,17 +49,17 @@ class Policies:
 
     def load(self) -> None:
         """Read every stored policy (start-up); a bad one fails its queue closed."""
-        conn, now = self._core.conn, self._core.clock.now_ms()
+        policies, now = self._core.store.policies, self._core.clock.now_ms()
         self.states = {}
-        for row in policy_sql.all_policies(conn):
+        for row in policies.all_policies():
             namespace, queue, text, created, updated, created_by, updated_by, source = row
             state = PolicyState(namespace, queue)
             state.created_at, state.updated_at = created, updated
             state.created_by, state.updated_by, state.source = created_by, updated_by, source
             try:
                 state.policy = parse_policy(orjson.loads(text))
-                state.roll(now, lambda start, ns=namespace, q=queue: policy_sql.usage(
-                    conn, ns, q, start))  # fmt: skip
+                state.roll(now, lambda start, ns=namespace, q=queue: policies.usage(
+                    ns, q, start))  # fmt: skip
             except (Refused, ValueError) as exc:
                 state.broken = exc.message if isinstance(exc, Refused) else str(exc)
                 log.error("policy of queue %r/%r cannot be evaluated, failing closed: %s",
@@ -93,13 +90,13 @@ class Policies:
                 old.window_start, old.window_end, old.used)  # fmt: skip
         state.in_flight_delta = old.in_flight_delta if old is not None else 0
         state.last_label = old.last_label if old is not None else "admitted"
-        conn = tx.conn
-        state.roll(tx.now_ms, lambda start: policy_sql.usage(conn, namespace, queue, start))
-        policy_sql.save(conn, (namespace, queue, orjson.dumps(policy.to_dict()).decode(),
-                               state.created_at, state.updated_at, state.created_by,
-                               state.updated_by, source))  # fmt: skip
-        audit.record(
-            conn, at=tx.now_ms, actor=actor, namespace=namespace, target_kind="queue",
+        store = tx.store
+        state.roll(tx.now_ms, lambda start: store.policies.usage(namespace, queue, start))
+        store.policies.save((namespace, queue, orjson.dumps(policy.to_dict()).decode(),
+                             state.created_at, state.updated_at, state.created_by,
+                             state.updated_by, source))  # fmt: skip
+        store.audit.record(
+            at=tx.now_ms, actor=actor, namespace=namespace, target_kind="queue",
             target=queue, action="set_policy", before=before, after=self.describe_policy(state),
         )  # fmt: skip
         self.states[key] = state
@@ -111,9 +108,9 @@ class Policies:
         """Remove a queue's policy in ``tx``, audited; the queue is admitted at once."""
         key = (namespace, queue)
         old = self.states.pop(key)
-        policy_sql.delete(tx.conn, namespace, queue)
-        audit.record(
-            tx.conn, at=tx.now_ms, actor=actor, namespace=namespace, target_kind="queue",
+        tx.store.policies.delete(namespace, queue)
+        tx.store.audit.record(
+            at=tx.now_ms, actor=actor, namespace=namespace, target_kind="queue",
             target=queue, action="clear_policy", before=self.describe_policy(old), after=None,
         )  # fmt: skip
         tx.undo(lambda: self._restore(key, old))
@@ -161,12 +158,12 @@ class Policies:
                     out[queue] = room
         return out
 
-    def claimed(self, tx: Tx, rows: list[sql.Row]) -> dict[str, dict[str, Any]]:
+    def claimed(self, tx: Tx, rows: list[JobRow]) -> dict[str, dict[str, Any]]:
         """Charge the claims of ``rows`` (one transaction) to their queues' windows;
         returns each policy queue's headroom after them."""
         per_queue: dict[QueueKey, int] = {}
         for row in rows:
-            key = (row[sql.NAMESPACE], row[sql.QUEUE])
+            key = (row.namespace, row.queue)
             if key in self.states:
                 per_queue[key] = per_queue.get(key, 0) + 1
         headroom = {}
@@ -175,7 +172,7 @@ class Policies:
             state.roll(tx.now_ms)
             tx.undo(state.charge(n))
             if state.policy is not None and state.policy.max_claims_per_window is not None:
-                policy_sql.charge(tx.conn, key[0], key[1], state.window_start, n)
+                tx.store.policies.charge(key[0], key[1], state.window_start, n)
             headroom[key[1]] = state.headroom(self.running(key))
             tx.after(lambda s=state, n=n: self._settled(s, n))
         return headroom
@@ -218,8 +215,8 @@ class Policies:
     def _lease_hint(self, key: QueueKey) -> int | None:
         """The earliest lease expiry of the queue's running jobs (a hint: in_flight_full)."""
         expiries = [
-            row[sql.LEASE_EXPIRES_AT] for row in self._core.running.values()
-            if row[sql.QUEUE] == key[1] and row[sql.NAMESPACE] == key[0]
+            row.lease_expires_at for row in self._core.running.values()
+            if row.queue == key[1] and row.namespace == key[0]
         ]  # fmt: skip
         return min(expiries, default=None)
 

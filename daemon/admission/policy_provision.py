@@ -27,9 +27,7 @@ import orjson
 
 from actors.errors import Refused
 from actors.policy import PolicyState, parse_policy
-from daemon.store import audit
-from daemon.store import policies as policy_sql
-from daemon.store.database import Tx
+from daemon.store.interface import Tx
 
 if TYPE_CHECKING:
     from daemon.core import Core
@@ -44,7 +42,7 @@ def provision(core: Core) -> Callable[[Tx], None]:
 
     def write(tx: Tx) -> None:
         policies = core.policies
-        stored = {(r[0], r[1]): (r[2], r[7]) for r in policy_sql.all_policies(tx.conn)}
+        stored = {(r[0], r[1]): (r[2], r[7]) for r in tx.store.policies.all_policies()}
         for key, state in sorted(policies.states.items()):
             if state.source != "config" or key in tables:
                 continue
@@ -95,10 +93,10 @@ def _store_raw(core: Core, tx: Tx, key: tuple[str, str], raw: Any, text: str, er
     state.updated_at, state.updated_by, state.source = tx.now_ms, ACTOR, source
     state.in_flight_delta = old.in_flight_delta if old is not None else 0
     state.last_label = old.last_label if old is not None else "admitted"
-    policy_sql.save(tx.conn, (namespace, queue, text, state.created_at, state.updated_at,
-                              state.created_by, state.updated_by, source))  # fmt: skip
-    audit.record(
-        tx.conn, at=tx.now_ms, actor=ACTOR, namespace=namespace, target_kind="queue",
+    tx.store.policies.save((namespace, queue, text, state.created_at, state.updated_at,
+                            state.created_by, state.updated_by, source))  # fmt: skip
+    tx.store.audit.record(
+        at=tx.now_ms, actor=ACTOR, namespace=namespace, target_kind="queue",
         target=queue, action="set_policy",
         before=None if old is None else policies.describe_policy(old),
         after={"queue": queue, "raw": raw, "error": error, "source": source},

@@ -18,7 +18,6 @@ removed at the next reload or start, even one that did not decode, and
 from __future__ import annotations
 
 import logging
-import sqlite3
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -27,9 +26,7 @@ from actors import lifecycle as lc
 from actors.errors import Refused
 from actors.namespace import NamespaceActor
 from actors.quota import Quota, parse_quota
-from daemon.store import audit
-from daemon.store import settings as settings_sql
-from daemon.store.database import Tx
+from daemon.store.interface import SettingsStore, Tx, namespace_of, quota_key
 
 if TYPE_CHECKING:
     from daemon.core import Core
@@ -50,8 +47,8 @@ def reload(core: Core) -> None:
     """Read every stored quota document into the namespace actors."""
     now = core.clock.now_ms()
     seen: set[str] = set()
-    for key, text in settings_sql.quotas(core.conn):
-        namespace = settings_sql.namespace_of(key)
+    for key, text in core.store.settings.quotas():
+        namespace = namespace_of(key)
         if namespace is None:
             continue
         seen.add(namespace)
@@ -78,9 +75,9 @@ def apply(actor: NamespaceActor, text: str | None, now_ms: int) -> None:
     actor.set_quota(quota, now_ms)
 
 
-def stored(conn: sqlite3.Connection, namespace: str) -> tuple[Any, str | None]:
+def stored(settings: SettingsStore, namespace: str) -> tuple[Any, str | None]:
     """A namespace's stored document (decoded JSON, or None) and its decode error."""
-    text = settings_sql.get(conn, settings_sql.quota_key(namespace))
+    text = settings.get(quota_key(namespace))
     if text is None:
         return None, None
     try:
@@ -96,18 +93,18 @@ def write(core: Core, tx: Tx, actor: str, namespace: str, quota: Quota | None, r
     ``raw`` stores a config table that does not decode as it is, so the
     namespace fails closed exactly as a bad stored document does.
     """
-    key = settings_sql.quota_key(namespace)
-    before, _error = stored(tx.conn, namespace)
+    key = quota_key(namespace)
+    before, _error = stored(tx.store.settings, namespace)
     if quota is None and raw is None:
-        settings_sql.delete(tx.conn, key)
+        tx.store.settings.delete(key)
         text = None
         after = None
     else:
         after = quota.to_dict() if quota is not None else raw
         text = orjson.dumps(after).decode()
-        settings_sql.put(tx.conn, key, text, tx.now_ms)
-    audit.record(
-        tx.conn, at=tx.now_ms, actor=actor, namespace=namespace, target_kind="namespace",
+        tx.store.settings.put(key, text, tx.now_ms)
+    tx.store.audit.record(
+        at=tx.now_ms, actor=actor, namespace=namespace, target_kind="namespace",
         target=namespace, action="clear" if text is None else "set", before=before, after=after,
     )  # fmt: skip
     ns = core.namespaces.get(namespace)
@@ -120,9 +117,9 @@ def write(core: Core, tx: Tx, actor: str, namespace: str, quota: Quota | None, r
 PROVISIONED = "quota:provisioned"
 
 
-def provisioned(conn: sqlite3.Connection) -> set[str]:
+def provisioned(settings: SettingsStore) -> set[str]:
     """The namespaces whose stored documents came from the config file."""
-    text = settings_sql.get(conn, PROVISIONED)
+    text = settings.get(PROVISIONED)
     return set(orjson.loads(text)) if text else set()
 
 
@@ -133,21 +130,21 @@ def provision(core: Core) -> Any:
     tables = core.config.quota_tables
 
     def write_all(tx: Tx) -> None:
-        before = provisioned(tx.conn)
+        before = provisioned(tx.store.settings)
         for namespace in sorted(before - tables.keys()):
-            if settings_sql.get(tx.conn, settings_sql.quota_key(namespace)) is not None:
+            if tx.store.settings.get(quota_key(namespace)) is not None:
                 write(core, tx, "config", namespace, None)
         for namespace, (quota, raw) in tables.items():
-            text = settings_sql.get(tx.conn, settings_sql.quota_key(namespace))
+            text = tx.store.settings.get(quota_key(namespace))
             wanted = orjson.dumps(quota.to_dict() if quota is not None else raw).decode()
             if text != wanted:
                 write(core, tx, "config", namespace, quota, raw)
         if before != tables.keys():
             if tables:
-                settings_sql.put(tx.conn, PROVISIONED, orjson.dumps(sorted(tables)).decode(),
-                                 tx.now_ms)  # fmt: skip
+                tx.store.settings.put(PROVISIONED, orjson.dumps(sorted(tables)).decode(),
+                                      tx.now_ms)  # fmt: skip
             else:
-                settings_sql.delete(tx.conn, PROVISIONED)
+                tx.store.settings.delete(PROVISIONED)
 
     return write_all
 

@@ -21,7 +21,6 @@
 from __future__ import annotations
 
 import logging
-import sqlite3
 from typing import TYPE_CHECKING
 
 import trio
@@ -29,9 +28,7 @@ import trio
 from actors.errors import Refused
 from actors.ticker import Ticker
 from actors.usage import MonthlyUse, crossed, month_of
-from daemon.store import audit
-from daemon.store import usage as store
-from daemon.store.database import Tx
+from daemon.store.interface import MINUTE_MS, Store, Tx
 
 if TYPE_CHECKING:
     from daemon.core import Core
@@ -50,16 +47,16 @@ class Meter:
 
     def note(self, tx: Tx, per_namespace: dict[str, int]) -> None:
         """A write of ``tx`` inserted these live jobs (taken back if it rolls back)."""
-        minute = tx.now_ms // store.MINUTE_MS
+        minute = tx.now_ms // MINUTE_MS
         sums = self._sums
         for namespace, n in per_namespace.items():
             key = (namespace, minute)
             sums[key] = sums.get(key, 0) + n
             tx.undo(lambda key=key, n=n: sums.__setitem__(key, sums[key] - n))
 
-    def flush(self, conn: sqlite3.Connection) -> None:
+    def flush(self, store: Store) -> None:
         if self._sums:
-            store.meter(conn, [(ns, minute, n) for (ns, minute), n in self._sums.items() if n])
+            store.usage.meter([(ns, minute, n) for (ns, minute), n in self._sums.items() if n])
 
     def committed(self) -> None:
         self._sums.clear()
@@ -87,24 +84,24 @@ class Rollup:
                 log.error("usage roll-up failed: %s", exc.message)
 
     def _roll(self, tx: Tx) -> None:
-        core, conn, now = self.core, tx.conn, tx.now_ms
+        core, usage, now = self.core, tx.store.usage, tx.now_ms
         keep_minutes = core.config.daemon.usage_keep_days * 1440
-        store.roll_up(conn, now // store.MINUTE_MS - keep_minutes, now // DAY_MS - KEEP_DAYS)
+        usage.roll_up(now // MINUTE_MS - keep_minutes, now // DAY_MS - KEEP_DAYS)
         month, start, end = month_of(now)
-        totals = store.month_totals(conn, start, end)
+        totals = usage.month_totals(start, end)
         announced: list[tuple[str, int, int, int]] = []
         for actor in core.namespaces.known():
             quota = actor.quota.monthly_jobs_quota if actor.quota is not None else None
             if quota is None:
                 continue
             used = totals.get(actor.namespace, 0)
-            before = store.announced_level(conn, actor.namespace, month)
+            before = usage.announced_level(actor.namespace, month)
             levels = crossed(used, quota, before)
             if not levels:
                 continue
-            store.announce_level(conn, actor.namespace, month, levels[-1])
-            audit.record(
-                conn, at=now, actor="daemon", namespace=actor.namespace, target_kind="namespace",
+            usage.announce_level(actor.namespace, month, levels[-1])
+            tx.store.audit.record(
+                at=now, actor="daemon", namespace=actor.namespace, target_kind="namespace",
                 target=actor.namespace, action="monthly_level", before={"level": before},
                 after={"level": levels[-1], "used": used, "monthly_jobs_quota": quota,
                        "month": month},
@@ -147,8 +144,9 @@ async def measure_retained(core: Core, queues: list[tuple[str, str]]) -> None:
         for queue in per_namespace.get(actor.namespace, []):
             after = ""
             while True:
-                last, n, size = store.retained_window(core.conn, actor.namespace, queue, after,
-                                                      batch)  # fmt: skip
+                last, n, size = core.store.usage.retained_window(
+                    actor.namespace, queue, after, batch
+                )
                 total += size
                 if n < batch or last is None:
                     break

@@ -1,6 +1,12 @@
-"""All SQL of Sluicegate lives in this package.
+"""All SQL of Sluicegate lives in this package, behind a typed interface.
 
-:mod:`daemon.store.schema` creates and migrates the tables,
-:mod:`daemon.store.database` opens SQLite and runs group commits, and
-:mod:`daemon.store.jobs` holds the named job statements.
+:mod:`daemon.store.interface` names every operation the daemon asks of a
+store (the protocols :class:`~daemon.store.interface.JobStore`, ...,
+:class:`~daemon.store.interface.Store`) and why its seams suit SQLite and
+PostgreSQL alike; jobs cross it as :class:`~daemon.store.rows.JobRow`.
+:mod:`daemon.store.sqlite` is the SQLite implementation, made of the named
+statements of :mod:`daemon.store.jobs`, :mod:`~daemon.store.queues`, ...;
+:mod:`daemon.store.schema` creates and migrates the tables, and
+:mod:`daemon.store.database` opens SQLite and runs group commits.
+Only this package imports ``sqlite3`` (an import-linter contract).
 """

@@ -76,3 +76,8 @@ def load(row: Row) -> Budget:
     spec = BudgetSpec(allocation, Strategy(**orjson.loads(strategy)))
     pool = TokenPool(spec, as_of, PoolState(units, as_of, in_flight))
     return Budget(namespace, key, pool, created, updated, source)
+
+
+def load_all(conn: sqlite3.Connection) -> list[Budget]:
+    """Every budget of every namespace, in key order, loaded."""
+    return [load(row) for row in all_budgets(conn)]

@@ -31,14 +31,16 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import sqlite_utils
 import trio
 
 from actors.errors import OUTCOMES, Refused, internal_error
 from daemon.store.health import StoreHealth, StoreUnavailable, is_store_failure, store_refusal
+from daemon.store.interface import Pending
 from daemon.store.schema import migrate
+from daemon.store.sqlite import SqliteStore
 
 log = logging.getLogger("sluicegate.store")
 T = TypeVar("T")
@@ -97,17 +99,23 @@ def open_database(
             if not StoreHealth(path).has_headroom():  # SQLite may say only "disk I/O error"
                 cause = f"{cause} (the filesystem is full)"
             raise StoreUnavailable(f"cannot open the database {path}: {cause}") from exc
+        if isinstance(exc, sqlite3.Error):  # not a store failure, but no store either
+            raise StoreUnavailable(f"cannot open the database {path}: {exc}") from exc
         raise
     return db
 
 
 class Tx:
-    """One write's view of the open transaction."""
+    """One write's view of the open transaction
+    (:class:`~daemon.store.interface.Transaction`): ``store`` to read and write
+    through, ``now_ms``, and the write's effects on memory."""
 
-    __slots__ = ("_after", "_undo", "conn", "now_ms")
+    __slots__ = ("_after", "_undo", "conn", "now_ms", "store")
 
-    def __init__(self, conn: sqlite3.Connection, now_ms: int) -> None:
-        self.conn = conn
+    def __init__(self, store: SqliteStore, now_ms: int) -> None:
+        self.store = store
+        #: SQLite's connection, for this package and white-box tests only.
+        self.conn = store.conn
         self.now_ms = now_ms
         self._after: list[Callable[[], None]] = []
         self._undo: list[Callable[[], None]] = []
@@ -128,18 +136,6 @@ class Tx:
         while self._undo:
             self._undo.pop()()
         self._after.clear()
-
-
-class Pending(Protocol):
-    """Memory that a group's writes accumulate and that is written once per
-    transaction, just before its COMMIT (e.g. usage counts: one upsert per
-    group, not per write). A write's share is taken back with ``Tx.undo``."""
-
-    def flush(self, conn: sqlite3.Connection) -> None:
-        """Write what the transaction's writes accumulated (inside it)."""
-
-    def committed(self) -> None:
-        """The transaction committed: forget what was flushed."""
 
 
 #: Called once a write is settled: (result, None) after its commit, or (None, error).
@@ -179,6 +175,8 @@ class GroupCommit:
         health: StoreHealth | None = None,
     ) -> None:
         self._conn = conn
+        #: The store its writes' transactions see (``tx.store``).
+        self.store = SqliteStore(conn)
         #: Failing after a store error, ok again after a commit that wrote.
         self.health = health if health is not None else StoreHealth()
         self._probe_delay = PROBE_FIRST
@@ -319,7 +317,7 @@ class GroupCommit:
                 item = writes[index]
                 index += 1
                 item.error = item.tx = None
-                tx = Tx(conn, now)
+                tx = Tx(self.store, now)
                 if careful:
                     conn.execute("SAVEPOINT w")
                 changes = conn.total_changes
@@ -344,7 +342,7 @@ class GroupCommit:
                     if careful:
                         conn.execute("RELEASE w")
             for pending in self.pending:
-                pending.flush(conn)
+                pending.flush(self.store)
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             _rollback(conn)

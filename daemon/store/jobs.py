@@ -1,7 +1,9 @@
 """Named SQL for job rows. Every statement a verb or actor runs on ``jobs``.
 
-Rows travel as tuples in :data:`COLUMNS` order; :func:`to_wire` turns one into
-the job object of the wire contract. Functions take a ``sqlite3.Connection``
+Rows travel as :class:`~daemon.store.rows.JobRow` (a named tuple in
+:data:`COLUMNS` order; the index constants below are for this module and its
+white-box tests); :func:`to_wire` turns one into the job object of the wire
+contract. Functions take a ``sqlite3.Connection``
 (inside a group transaction for writes) and an explicit ``now`` where time
 matters, never reading a clock themselves.
 """
@@ -12,22 +14,20 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-import orjson
-
+from actors import lifecycle as lc
+from daemon.store.interface import StaleRow
 from daemon.store.pages import page_query
+from daemon.store.rows import FIELDS, JobRow, as_row, dumps, to_wire
 
-COLUMNS = (
-    "id", "namespace", "queue", "type", "payload", "priority", "state", "attempts",
-    "max_attempts", "lease_ms", "ready_at", "created_at", "updated_at", "finished_at",
-    "lease", "lease_expires_at", "unique_key", "budgets", "error", "result", "dead",
-    "parked_on",
-)  # fmt: skip
+__all__ = ["COLUMNS", "JobRow", "Row", "StaleRow", "dumps", "to_wire"]
+
+COLUMNS = FIELDS
 COLS = ", ".join(COLUMNS)
 (ID, NAMESPACE, QUEUE, TYPE, PAYLOAD, PRIORITY, STATE, ATTEMPTS, MAX_ATTEMPTS, LEASE_MS,
  READY_AT, CREATED_AT, UPDATED_AT, FINISHED_AT, LEASE, LEASE_EXPIRES_AT, UNIQUE_KEY, BUDGETS,
  ERROR, RESULT, DEAD, PARKED_ON) = range(len(COLUMNS))  # fmt: skip
 
-Row = tuple[Any, ...]
+Row = JobRow
 
 _INSERT = f"INSERT INTO jobs ({COLS}) VALUES ({', '.join('?' * len(COLUMNS))})"
 # A fresh job sets only the first 13 columns (the NOT NULL ones); the rest are
@@ -43,49 +43,6 @@ _FIND_UNIQUE = (
     f"SELECT {COLS} FROM jobs WHERE namespace = ? AND queue = ? AND unique_key = ? "
     "AND state IN ('scheduled', 'pending', 'running')"
 )
-
-
-def dumps(value: Any) -> str:
-    """Compact JSON text, as stored and as measured for size caps."""
-    return orjson.dumps(value).decode()
-
-
-def _loads(text: str | None) -> Any:
-    return None if text is None else orjson.loads(text)
-
-
-_UNSET: Any = object()
-
-
-def to_wire(row: Row, payload: Any = _UNSET) -> dict[str, Any]:
-    """The job object of PROTOCOL.md for one row (``admission`` added by callers).
-
-    ``payload``, when the caller still holds it decoded, saves parsing it again.
-    """
-    return {
-        "id": row[ID],
-        "namespace": row[NAMESPACE],
-        "queue": row[QUEUE],
-        "type": row[TYPE],
-        "payload": orjson.loads(row[PAYLOAD]) if payload is _UNSET else payload,
-        "priority": row[PRIORITY],
-        "status": row[STATE],
-        "attempts": row[ATTEMPTS],
-        "max_attempts": row[MAX_ATTEMPTS],
-        "lease_ms": row[LEASE_MS],
-        "ready_at": row[READY_AT],
-        "created_at": row[CREATED_AT],
-        "updated_at": row[UPDATED_AT],
-        "finished_at": row[FINISHED_AT],
-        "lease": row[LEASE],
-        "lease_expires_at": row[LEASE_EXPIRES_AT],
-        "budgets": _loads(row[BUDGETS]) or [],
-        "unique_key": row[UNIQUE_KEY],
-        "error": row[ERROR],
-        "result": _loads(row[RESULT]),
-        "dead": _loads(row[DEAD]),
-        "admission": None,
-    }
 
 
 def insert(conn: sqlite3.Connection, rows: Sequence[Row]) -> None:
@@ -126,20 +83,18 @@ _IN_CHUNK = 512
 
 def get(conn: sqlite3.Connection, namespace: str, job_id: str) -> Row | None:
     """One job of ``namespace``; another namespace's job reads as absent."""
-    return conn.execute(_GET, (job_id, namespace)).fetchone()
+    row = conn.execute(_GET, (job_id, namespace)).fetchone()
+    return None if row is None else as_row(row)
 
 
 def find_live_unique(conn: sqlite3.Connection, namespace: str, queue: str, key: str) -> Row | None:
     """The live (scheduled, pending or running) job holding ``unique_key``, if any."""
-    return conn.execute(_FIND_UNIQUE, (namespace, queue, key)).fetchone()
+    row = conn.execute(_FIND_UNIQUE, (namespace, queue, key)).fetchone()
+    return None if row is None else as_row(row)
 
 
 _INDEX = {name: i for i, name in enumerate(COLUMNS)}
 _UPDATE_SQL: dict[tuple[Any, ...], str] = {}
-
-
-class StaleRow(Exception):
-    """A guarded update found the job no longer in the state its caller saw."""
 
 
 def update(
@@ -166,7 +121,7 @@ def update(
     after = list(before)
     for column, value in changes.items():
         after[_INDEX[column]] = value
-    return tuple(after)
+    return as_row(after)
 
 
 def fold(conn: sqlite3.Connection, before: Row, payload: str, ready_at: int, now: int) -> Row:
@@ -175,7 +130,8 @@ def fold(conn: sqlite3.Connection, before: Row, payload: str, ready_at: int, now
     A folded job is scheduled again, so it is no longer parked.
     """
     changes = {
-        "payload": payload, "ready_at": ready_at, "state": "scheduled", "updated_at": now,
+        "payload": payload, "ready_at": ready_at,
+        "state": lc.check("fold", before[STATE], lc.SCHEDULED), "updated_at": now,
         "parked_on": None,
     }  # fmt: skip
     return update(conn, before, changes)
@@ -203,6 +159,11 @@ def _claim_sql(queues: int) -> str:
 
 
 _CLAIM_SQL: dict[int, str] = {}
+# The states the lifecycle table lets a claim and a completion leave: a set
+# test per row is the hot path's check (bench/inprocess.py), the table's
+# IllegalTransition the error.
+_CLAIMABLE = frozenset(lc.sources("claim", lc.RUNNING))
+_COMPLETABLE = frozenset(lc.sources("complete", lc.COMPLETED))
 # One statement for a whole claim: a list of ids costs SQLite less than the
 # same update run once per id.
 _MARK_RUNNING = (
@@ -232,9 +193,9 @@ def ready(
         params += (namespace, queue, limit if caps is None else min(limit, caps.get(queue, limit)))
     if len(queues) > 1:
         params.append(limit)
-    rows = conn.execute(statement, params).fetchall()
+    rows = list(map(as_row, conn.execute(statement, params)))
     if len(queues) > 1:
-        rows.sort(key=lambda r: (r[PRIORITY], r[READY_AT], r[ID]))
+        rows.sort(key=lambda r: (r.priority, r.ready_at, r.id))
     return rows
 
 
@@ -248,7 +209,9 @@ def unpark(conn: sqlite3.Connection, ids: Sequence[str]) -> None:
     conn.executemany("UPDATE jobs SET parked_on = NULL WHERE id = ?", [(i,) for i in ids])
 
 
-def parked_oldest(conn: sqlite3.Connection, namespace: str, key: str, limit: int) -> list[Row]:
+def parked_oldest(
+    conn: sqlite3.Connection, namespace: str, key: str, limit: int
+) -> list[tuple[str, str, str]]:
     """The oldest ``limit`` jobs parked on budget ``key``: (id, queue, budgets)."""
     return conn.execute(
         "SELECT id, queue, budgets FROM jobs INDEXED BY ix_jobs_parked "
@@ -283,14 +246,16 @@ def mark_running(
     """Claim the jobs ``rows`` (as read in this transaction): running, one more
     attempt, leased; their rows after."""
     claimed = []
-    for row in rows:
+    for row in rows:  # all checked before any statement runs
+        if row[STATE] not in _CLAIMABLE:
+            lc.check("claim", row[STATE], lc.RUNNING)  # raises
         after = list(row)
         after[STATE] = "running"
         after[ATTEMPTS] = row[ATTEMPTS] + 1
         after[LEASE] = lease
         after[LEASE_EXPIRES_AT] = now + (lease_ms or row[LEASE_MS])
         after[UPDATED_AT] = now
-        claimed.append(tuple(after))
+        claimed.append(as_row(after))
     for start in range(0, len(rows), _IN_CHUNK):
         statement, ids = _in_list(
             _MARK_RUNNING, [row[ID] for row in rows[start : start + _IN_CHUNK]]
@@ -301,6 +266,7 @@ def mark_running(
 
 def extend_lease(conn: sqlite3.Connection, before: Row, expires: int, now: int) -> Row:
     """Heartbeat: push a running job's lease expiry (guarded on its lease)."""
+    lc.check("heartbeat", before[STATE], lc.RUNNING)
     return update(conn, before, {"lease_expires_at": expires, "updated_at": now}, running=True)
 
 
@@ -308,6 +274,7 @@ def finish(
     conn: sqlite3.Connection,
     before: Row,
     *,
+    event: str,
     state: str,
     now: int,
     ready_at: int | None = None,
@@ -318,8 +285,11 @@ def finish(
 ) -> Row:
     """Move a running job out of ``running``: completed, dead, or back to waiting.
 
-    Guarded on ``before``'s lease (:class:`StaleRow` if it no longer holds).
+    ``event`` names the transition (complete, fail, release, reap) that the
+    lifecycle table must allow from ``before``'s state to ``state``. Guarded on
+    ``before``'s lease (:class:`StaleRow` if it no longer holds).
     """
+    lc.check(event, before[STATE], state)
     changes: dict[str, Any] = {
         "state": state,
         "lease": None,
@@ -356,6 +326,8 @@ def complete_many(
     # statement per (lease, result) and up to _IN_CHUNK ids.
     groups: dict[tuple[str, str | None], list[str]] = {}
     for row, result in rows:
+        if row[STATE] not in _COMPLETABLE:
+            lc.check("complete", row[STATE], lc.COMPLETED)  # raises
         groups.setdefault((row[LEASE], result), []).append(row[ID])
     conn.execute("SAVEPOINT complete_many")
     changed = 0
@@ -375,36 +347,48 @@ def complete_many(
         after[LEASE] = after[LEASE_EXPIRES_AT] = after[DEAD] = None
         after[UPDATED_AT] = after[FINISHED_AT] = now
         after[RESULT] = result
-        done.append(tuple(after))
+        done.append(as_row(after))
     return done
 
 
 def replay(conn: sqlite3.Connection, before: Row, now: int) -> Row:
     """A dead letter back to pending: attempts 0, no error, no dead record."""
     changes = {
-        "state": "pending", "attempts": 0, "ready_at": now, "updated_at": now,
-        "finished_at": None, "error": None, "result": None, "dead": None,
+        "state": lc.check("replay", before[STATE], lc.PENDING), "attempts": 0, "ready_at": now,
+        "updated_at": now, "finished_at": None, "error": None, "result": None, "dead": None,
     }  # fmt: skip
     return update(conn, before, changes)
 
 
-def promote_due(conn: sqlite3.Connection, now: int, batch: int = 1000) -> list[Row]:
+def _state_is(states: Sequence[str]) -> str:
+    """SQL: the job is in one of ``states`` (equality for one, as partial indexes want)."""
+    if len(states) == 1:
+        return f"state = '{states[0]}'"
+    return "state IN ({})".format(", ".join(f"'{s}'" for s in states))
+
+
+# The lifecycle table says which states promote moves (scheduled): the guard is
+# derived from it, so the statement moves nothing the table does not allow.
+_PROMOTE = (
+    f"UPDATE jobs SET state = '{lc.PENDING}', updated_at = ? WHERE id IN "
+    f"(SELECT id FROM jobs WHERE {_state_is(lc.sources('promote', lc.PENDING))} "
+    "AND ready_at <= ? LIMIT ?) RETURNING namespace, queue"
+)
+
+
+def promote_due(conn: sqlite3.Connection, now: int, batch: int = 1000) -> list[tuple[str, str]]:
     """Scheduled jobs whose ``ready_at`` has come become pending; returns (ns, queue)."""
-    return conn.execute(
-        "UPDATE jobs SET state = 'pending', updated_at = ? WHERE id IN "
-        "(SELECT id FROM jobs WHERE state = 'scheduled' AND ready_at <= ? LIMIT ?) "
-        "RETURNING namespace, queue",
-        (now, now, batch),
-    ).fetchall()
+    return conn.execute(_PROMOTE, (now, now, batch)).fetchall()
 
 
 def lapsed(conn: sqlite3.Connection, now: int, batch: int = 1000) -> list[Row]:
     """Running jobs whose lease expired at or before ``now``."""
-    return conn.execute(
+    cursor = conn.execute(
         f"SELECT {COLS} FROM jobs WHERE state = 'running' AND lease_expires_at <= ? "
         "ORDER BY lease_expires_at LIMIT ?",
         (now, batch),
-    ).fetchall()
+    )
+    return list(map(as_row, cursor))
 
 
 def earliest_scheduled(conn: sqlite3.Connection) -> int | None:
@@ -432,7 +416,7 @@ def list_jobs(
     statement, params = page_query(
         f"SELECT {COLS} FROM jobs", namespace, {"queue": queue, "state": state}, after, limit
     )
-    return conn.execute(statement, params).fetchall()
+    return list(map(as_row, conn.execute(statement, params)))
 
 
 def dead_ids(

@@ -20,8 +20,9 @@ import heapq
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 
-#: The role of the retention leader's row in ``leader``.
-RETENTION = "retention"
+from daemon.store.interface import RETENTION
+
+__all__ = ["RETENTION"]
 
 _HOLD = (
     "INSERT INTO leader (role, holder, expires_at) VALUES (?, ?, ?) "

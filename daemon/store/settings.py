@@ -9,25 +9,9 @@ from __future__ import annotations
 
 import sqlite3
 
-QUOTA_PREFIX = "quota:"
+from daemon.store.interface import QUOTA_PREFIX, namespace_of, quota_key
 
-
-def quota_key(namespace: str) -> str:
-    """The settings key of a namespace's quota (``<len>`` is its byte length)."""
-    if namespace == "default":
-        return "quota:default"
-    return f"quota:ns:{len(namespace.encode())}:{namespace}"
-
-
-def namespace_of(key: str) -> str | None:
-    """The namespace a quota key names (None for another key)."""
-    if key == "quota:default":
-        return "default"
-    if key.startswith("quota:ns:"):
-        length, _, namespace = key[len("quota:ns:") :].partition(":")
-        if length.isdigit() and int(length) == len(namespace.encode()):
-            return namespace
-    return None
+__all__ = ["QUOTA_PREFIX", "namespace_of", "quota_key"]
 
 
 def get(conn: sqlite3.Connection, key: str) -> str | None:

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import sqlite3
 
-MINUTE_MS = 60_000
+from daemon.store.interface import MINUTE_MS
+
+__all__ = ["MINUTE_MS"]
+
 DAY_MINUTES = 1440
 
 _METER = (

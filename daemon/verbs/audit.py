@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from actors.errors import invalid
-from daemon.store import audit
 from daemon.verbs.table import Call, Plan, answer_now, verb
 from daemon.wire import between, name
 
@@ -44,8 +43,7 @@ def audit_list(core: Core, call: Call, a: AuditListArgs) -> Plan:
     """A page of the namespace's audit records, with the cursor of the next."""
     if a.target_kind == "queue" and a.target is not None and not call.session.in_scope(a.target):
         return answer_now({"records": [], "next": None})  # not the caller's: as absent
-    rows = audit.list_records(
-        core.conn,
+    rows = core.store.audit.list_records(
         call.namespace,
         target_kind=a.target_kind,
         target=a.target,

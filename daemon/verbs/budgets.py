@@ -21,9 +21,7 @@ from actors.budget import BudgetSpec, SpecError, Strategy, TokenPool
 from actors.budgets import Budget
 from actors.errors import Refused, invalid, not_found
 from actors.limits import MAX_TOKENS
-from daemon.store import audit
-from daemon.store import budgets as budget_sql
-from daemon.store.database import Tx
+from daemon.store.interface import Tx
 from daemon.verbs.table import Call, NoArgs, Plan, answer_now, verb
 from daemon.wire import between, name
 
@@ -62,8 +60,8 @@ def parse_strategy(value: Any, field: str = "strategy") -> Strategy:
 
 def _save(tx: Tx, budget: Budget) -> None:
     state = budget.pool.snapshot(tx.now_ms)
-    budget_sql.save(
-        tx.conn, budget.namespace, budget.key, allocation=budget.spec.allocation,
+    tx.store.budgets.save(
+        budget.namespace, budget.key, allocation=budget.spec.allocation,
         strategy=budget.spec.strategy.to_dict(), created_at=budget.created_at,
         updated_at=budget.updated_at, units=state.units, as_of_ms=state.as_of_ms,
         in_flight=state.in_flight, source=budget.source,
@@ -112,8 +110,8 @@ def _jobs(n: int) -> str:
 
 def _store(tx: Tx, actor: str, budget: Budget, action: str, before: Any) -> Budget:
     _save(tx, budget)
-    audit.record(
-        tx.conn, at=tx.now_ms, actor=actor, namespace=budget.namespace, target_kind="budget",
+    tx.store.audit.record(
+        at=tx.now_ms, actor=actor, namespace=budget.namespace, target_kind="budget",
         target=budget.key, action=action, before=before, after=budget.to_wire(tx.now_ms),
     )  # fmt: skip
     return budget
@@ -262,9 +260,9 @@ def budget_delete(core: Core, call: Call, a: BudgetKeyArgs) -> Plan:
                 f"budget {a.key!r} is referenced by {_jobs(budget.bound_jobs)}. "
                 "Delete them or wait for them to finish before deleting it.",
             )
-        budget_sql.delete(tx.conn, call.namespace, a.key)
-        audit.record(
-            tx.conn, at=tx.now_ms, actor=call.actor, namespace=call.namespace,
+        tx.store.budgets.delete(call.namespace, a.key)
+        tx.store.audit.record(
+            at=tx.now_ms, actor=call.actor, namespace=call.namespace,
             target_kind="budget", target=a.key, action="delete",
             before=budget.to_wire(tx.now_ms), after=None,
         )  # fmt: skip

@@ -15,8 +15,8 @@ from actors import lifecycle as lc
 from actors.errors import Refused, invalid, not_found
 from actors.limits import JOB_ID_LEN
 from daemon.admission import quotas
-from daemon.store import jobs as sql
-from daemon.store.database import Tx
+from daemon.store.interface import JobRow, Tx
+from daemon.store.rows import to_wire
 from daemon.verbs.reading import page
 from daemon.verbs.table import Call, Plan, answer_now, verb
 from daemon.wire import between, name, text
@@ -72,21 +72,21 @@ def dead_replay(core: Core, call: Call, a: DeadReplayArgs) -> Plan:
 
     def write(tx: Tx) -> dict[str, Any]:
         if a.all:
-            ids = sql.dead_ids(tx.conn, namespace, a.queue, a.after, a.limit + 1)
+            ids = tx.store.jobs.dead_ids(namespace, a.queue, a.after, a.limit + 1)
             remaining = len(ids) > a.limit
             ids = ids[: a.limit]
         else:
             ids, remaining = list(dict.fromkeys(a.job_ids or [])), False
         rows = []
         for job_id in ids:
-            row = sql.get(tx.conn, namespace, job_id)
+            row = tx.store.jobs.get(namespace, job_id)
             if row is None:
                 raise not_found(f"job {job_id!r}")
-            call.scope(row[sql.QUEUE])
-            if row[sql.STATE] != lc.DEAD:
+            call.scope(row.queue)
+            if row.state != lc.DEAD:
                 raise Refused(
-                    "conflict", f"job {job_id!r} is {row[sql.STATE]}, not dead",
-                    job_status=row[sql.STATE],
+                    "conflict", f"job {job_id!r} is {row.state}, not dead",
+                    job_status=row.state,
                 )  # fmt: skip
             rows.append(row)
         # A replay is an enqueue: quota admission first (drop: the over-quota
@@ -95,19 +95,18 @@ def dead_replay(core: Core, call: Call, a: DeadReplayArgs) -> Plan:
         results = []
         for i, row in enumerate(rows):
             if i >= live:
-                results.append({"job": sql.to_wire(row), "duplicate": False, "folded": False,
+                results.append({"job": to_wire(row), "duplicate": False, "folded": False,
                                 "shed": True})  # fmt: skip
                 continue
-            key = row[sql.UNIQUE_KEY]
-            live_job = key and sql.find_live_unique(tx.conn, namespace, row[sql.QUEUE], key)
+            key = row.unique_key
+            live_job = key and tx.store.jobs.find_live_unique(namespace, row.queue, key)
             if live_job:
-                results.append({"job": sql.to_wire(live_job), "duplicate": True, "folded": False,
+                results.append({"job": to_wire(live_job), "duplicate": True, "folded": False,
                                 "shed": False})  # fmt: skip
                 continue
-            if row[sql.BUDGETS] is not None:
+            if row.budgets is not None:
                 core.budget_gate.check_payable(row)
-            lc.check("replay", lc.DEAD, lc.PENDING)
-            after = sql.replay(tx.conn, row, tx.now_ms)
+            after = tx.store.jobs.replay(row, tx.now_ms)
             core.moved(tx, row, after)
             job = core.job_wire(after, tx.now_ms)
             results.append({"job": job, "duplicate": False, "folded": False, "shed": False})
@@ -120,5 +119,5 @@ def dead_replay(core: Core, call: Call, a: DeadReplayArgs) -> Plan:
     return Plan(write)
 
 
-def _first_queue(rows: list[sql.Row]) -> str:
-    return rows[0][sql.QUEUE] if rows else ""
+def _first_queue(rows: list[JobRow]) -> str:
+    return rows[0].queue if rows else ""

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from daemon import periodic
 from daemon.config import PeriodicConfig
 from daemon.session import Session
-from daemon.store.database import Tx
+from daemon.store.interface import Tx
 from daemon.verbs.producing import EnqueueArgs, enqueue_write
 from daemon.verbs.table import Call, NoArgs, Plan, answer_now, verb
 
@@ -29,7 +29,9 @@ def periodic_list(core: Core, call: Call, _a: NoArgs) -> Plan:
     """The namespace's periodic entries, their schedules and next fire times."""
     now = core.clock.now_ms()
     entries = [
-        periodic.describe(entry, periodic.stored(core.conn, periodic.settings_key(entry)), now)
+        periodic.describe(
+            entry, periodic.stored(core.store.settings, periodic.settings_key(entry)), now
+        )
         for entry in core.config.periodic
         if entry.namespace == call.namespace and call.session.in_scope(entry.queue)
     ]

@@ -19,7 +19,7 @@ from actors.budget import BudgetSpec, Strategy, TokenPool
 from actors.errors import Refused, not_found
 from actors.namespace import retry_after_s
 from actors.policy import PolicyState, parse_policy
-from daemon.store.database import Tx
+from daemon.store.interface import Tx
 from daemon.verbs.table import ANY, Call, NoArgs, Plan, answer_now, verb
 from daemon.wire import name
 

@@ -7,9 +7,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from actors.limits import MAX_DURATION_MS
-from daemon.store import audit
-from daemon.store import queues as queue_sql
-from daemon.store.database import Tx
+from daemon.store.interface import Tx
 from daemon.verbs.reading import queue_rows
 from daemon.verbs.table import Call, NoArgs, Plan, answer_now, verb
 from daemon.wire import between, name
@@ -46,12 +44,12 @@ def queue_configure(core: Core, call: Call, a: QueueConfigureArgs) -> Plan:
     )
 
     def write(tx: Tx) -> dict[str, Any]:
-        before = queue_sql.get(tx.conn, namespace, a.queue)
-        queue = queue_sql.configure(
-            tx.conn, namespace, a.queue, _ttl(a.completed_ttl_ms), _ttl(a.dead_ttl_ms), tx.now_ms
+        before = tx.store.queues.get(namespace, a.queue)
+        queue = tx.store.queues.configure(
+            namespace, a.queue, _ttl(a.completed_ttl_ms), _ttl(a.dead_ttl_ms), tx.now_ms
         )
-        audit.record(
-            tx.conn, at=tx.now_ms, actor=call.session.token_name or "open", namespace=namespace,
+        tx.store.audit.record(
+            at=tx.now_ms, actor=call.session.token_name or "open", namespace=namespace,
             target_kind="queue", target=a.queue,
             action="create" if before is None else "update",
             before=None if before is None else

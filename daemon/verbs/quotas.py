@@ -14,7 +14,7 @@ import attrs
 from actors.errors import Refused
 from actors.quota import parse_quota
 from daemon.admission import quotas
-from daemon.store.database import Tx
+from daemon.store.interface import Tx
 from daemon.verbs.table import Call, NoArgs, Plan, answer_now, verb
 
 if TYPE_CHECKING:
@@ -36,7 +36,9 @@ def _source(core: Core, namespace: str, present: bool) -> str | None:
     decode), ``api`` for one set through the API."""
     if not present:
         return None
-    if namespace in core.config.quota_tables or namespace in quotas.provisioned(core.conn):
+    if namespace in core.config.quota_tables or namespace in quotas.provisioned(
+        core.store.settings
+    ):
         return "config"
     return "api"
 
@@ -46,7 +48,7 @@ def quota_get(core: Core, call: Call, _a: NoArgs) -> Plan:
     """The namespace's document (``null`` if none), where it comes from, and why it
     cannot be used if it does not decode."""
     namespace = call.namespace
-    doc, error = quotas.stored(core.conn, namespace)
+    doc, error = quotas.stored(core.store.settings, namespace)
     present = doc is not None or error is not None
     out: dict[str, Any] = {"quota": doc, "source": _source(core, namespace, present)}
     if error is not None:

@@ -10,7 +10,6 @@ from actors import lifecycle as lc
 from actors.errors import Refused, invalid, not_found
 from actors.limits import JOB_ID_LEN
 from daemon import __version__
-from daemon.store import jobs as sql
 from daemon.verbs.table import ANY, Call, NoArgs, Plan, answer_now, verb
 from daemon.verbs.working import _queue_names
 from daemon.wire import between, name, text
@@ -49,10 +48,10 @@ class GetArgs:
 @verb("get", ANY, GetArgs)
 def get(core: Core, call: Call, a: GetArgs) -> Plan:
     """One job by id."""
-    row = sql.get(core.conn, call.namespace, a.job_id)
+    row = core.store.jobs.get(call.namespace, a.job_id)
     if row is None:
         raise not_found(f"job {a.job_id!r}")
-    call.scope(row[sql.QUEUE])
+    call.scope(row.queue)
     return answer_now({"job": core.job_wire(row)})
 
 
@@ -74,14 +73,14 @@ def page(core: Core, call: Call, queue: str | None, status: str | None, limit: i
     """A page of jobs in id order, with the cursor of the next page."""
     if queue is not None:
         call.scope(queue)
-    rows = sql.list_jobs(
-        core.conn, call.namespace, queue=queue, state=status, after=after, limit=limit + 1
+    rows = core.store.jobs.list_jobs(
+        call.namespace, queue=queue, state=status, after=after, limit=limit + 1
     )
     scanned = rows[:limit]
     # The cursor is the last row scanned, not the last one shown: a page whose
     # rows are all outside the token's scope must not end the listing.
-    nxt = scanned[-1][sql.ID] if len(rows) > limit else None
-    shown = [r for r in scanned if call.session.in_scope(r[sql.QUEUE])]
+    nxt = scanned[-1].id if len(rows) > limit else None
+    shown = [r for r in scanned if call.session.in_scope(r.queue)]
     now = core.clock.now_ms()
     return {"jobs": [core.job_wire(r, now) for r in shown], "next": nxt}
 

@@ -19,7 +19,7 @@ import attrs
 from actors.errors import Refused
 from actors.router import EventSink
 from daemon.session import Session
-from daemon.store.database import Tx
+from daemon.store.interface import Tx
 
 if TYPE_CHECKING:
     from daemon.core import Core

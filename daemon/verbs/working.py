@@ -29,8 +29,8 @@ from actors.limits import (
 )
 from actors.router import Waiter
 from daemon.admission import quotas
-from daemon.store import jobs as sql
-from daemon.store.database import Tx
+from daemon.store.interface import JobRow, StaleRow, Tx
+from daemon.store.rows import dumps, to_wire
 from daemon.verbs.table import Call, Later, Plan, verb
 from daemon.wire import between, json_value, name, text
 
@@ -103,8 +103,8 @@ class ReleaseArgs:
     delay_ms: int | None = attrs.field(default=None, validator=between(0, MAX_DURATION_MS))
 
 
-def _job_answer(row: sql.Row) -> dict[str, Any]:
-    return {"job": sql.to_wire(row)}
+def _job_answer(row: JobRow) -> dict[str, Any]:
+    return {"job": to_wire(row)}
 
 
 def _new_lease() -> str:
@@ -112,20 +112,20 @@ def _new_lease() -> str:
 
 
 def _claimed(
-    core: Core, rows: list[sql.Row], headrooms: dict[str, dict[str, Any]] | None = None
+    core: Core, rows: list[JobRow], headrooms: dict[str, dict[str, Any]] | None = None
 ) -> dict[str, Any]:
     """The answer of a successful claim: each job with its ``admission`` (a policy's
     headroom, budgets' tokens left), or ``null`` when nothing limits it."""
     now = core.clock.now_ms()
     if rows:  # deliveries debit the message bucket after the fact (seed 001)
-        core.door.delivered(rows[0][sql.NAMESPACE], len(rows))
+        core.door.delivered(rows[0].namespace, len(rows))
     jobs = []
     for row in rows:
-        admission = headrooms.get(row[sql.QUEUE]) if headrooms else None
-        if row[sql.BUDGETS] is not None:
+        admission = headrooms.get(row.queue) if headrooms else None
+        if row.budgets is not None:
             held = core.budget_gate.claimed_admission(row, now)
             admission = {**(admission or {}), **(held or {})}
-        jobs.append({"job": sql.to_wire(row), "admission": admission})
+        jobs.append({"job": to_wire(row), "admission": admission})
     return {"jobs": jobs, "empty": False}
 
 
@@ -174,16 +174,16 @@ def claim_next(core: Core, call: Call, a: ClaimNextArgs) -> Plan:
     #: Each policy queue's headroom after this call's claims (for ``admission``).
     headrooms: dict[str, dict[str, Any]] = {}
 
-    def attempt() -> tuple[Callable[[Tx], list[sql.Row]], list[Waiter]]:
+    def attempt() -> tuple[Callable[[Tx], list[JobRow]], list[Waiter]]:
         # A waiter is registered in the same commit that found nothing, so no
         # doorbell can ring unheard between "nothing" and "waiting".
         waiting: list[Waiter] = []
         may_wait = a.wait_ms > 0 and not core.router.closed
 
-        def write(tx: Tx) -> list[sql.Row]:
+        def write(tx: Tx) -> list[JobRow]:
             core.catch_up(tx)
             room = quotas.claim_room(core, namespace, a.max)
-            rows: list[sql.Row] = []
+            rows: list[JobRow] = []
             # Policy queues admit what their windows and slots allow; the
             # others are uncapped (and pay one dictionary lookup each).
             policies = core.policies
@@ -233,7 +233,7 @@ def claim_next(core: Core, call: Call, a: ClaimNextArgs) -> Plan:
 
     first, first_waiting = attempt()
 
-    def answer(rows: list[sql.Row]) -> dict[str, Any] | Later:
+    def answer(rows: list[JobRow]) -> dict[str, Any] | Later:
         if rows:
             return _claimed(core, rows, headrooms)
         if not first_waiting:
@@ -254,15 +254,15 @@ def claim_next(core: Core, call: Call, a: ClaimNextArgs) -> Plan:
     return Plan(first, answer)
 
 
-def _owned(core: Core, call: Call, tx: Tx, job_id: str) -> sql.Row:
-    row = sql.get(tx.conn, call.namespace, job_id)
+def _owned(core: Core, call: Call, tx: Tx, job_id: str) -> JobRow:
+    row = tx.store.jobs.get(call.namespace, job_id)
     if row is None:
         raise not_found(f"job {job_id!r}")
-    call.scope(row[sql.QUEUE])
+    call.scope(row.queue)
     return row
 
 
-def _leased(core: Core, call: Call, tx: Tx, job_id: str, lease: str) -> sql.Row:
+def _leased(core: Core, call: Call, tx: Tx, job_id: str, lease: str) -> JobRow:
     """The running job held under ``lease``; ``lease_lost`` if it is not.
 
     Usually from the core's map of running jobs, without a SELECT; the write
@@ -270,20 +270,20 @@ def _leased(core: Core, call: Call, tx: Tx, job_id: str, lease: str) -> sql.Row:
     (:func:`_on_lease` then asks the store).
     """
     row = core.running.get(job_id)
-    if row is not None and row[sql.LEASE] == lease and row[sql.NAMESPACE] == call.namespace:
-        call.scope(row[sql.QUEUE])
+    if row is not None and row.lease == lease and row.namespace == call.namespace:
+        call.scope(row.queue)
         return row
     return _leased_in_store(core, call, tx, job_id, lease)
 
 
-def _leased_in_store(core: Core, call: Call, tx: Tx, job_id: str, lease: str) -> sql.Row:
+def _leased_in_store(core: Core, call: Call, tx: Tx, job_id: str, lease: str) -> JobRow:
     row = _owned(core, call, tx, job_id)
-    if row[sql.STATE] != lc.RUNNING or row[sql.LEASE] != lease:
+    if row.state != lc.RUNNING or row.lease != lease:
         raise Refused(
             "lease_lost",
             f"job {job_id!r} is no longer held under this lease "
-            f"(it lapsed and was taken over or reaped; status {row[sql.STATE]})",
-            job_status=row[sql.STATE],
+            f"(it lapsed and was taken over or reaped; status {row.state})",
+            job_status=row.state,
         )
     return row
 
@@ -299,25 +299,22 @@ def _lost(core: Core, call: Call, tx: Tx, job_id: str, lease: str) -> Refused:
 def claim(core: Core, call: Call, a: ClaimArgs) -> Plan:
     """Claim one job by id (a pending one, or one whose lease lapsed)."""
 
-    def write(tx: Tx) -> sql.Row:
+    def write(tx: Tx) -> JobRow:
         _owned(core, call, tx, a.job_id)
         core.catch_up(tx)
         row = _owned(core, call, tx, a.job_id)
-        if row[sql.STATE] != lc.PENDING:
-            raise Refused(
-                "conflict", f"job {a.job_id!r} is {row[sql.STATE]}", job_status=row[sql.STATE]
-            )
-        caps = core.policies.rooms(call.namespace, [row[sql.QUEUE]], tx.now_ms)
-        if not quotas.claim_room(core, call.namespace, 1) or caps.get(row[sql.QUEUE]) == 0:
+        if row.state != lc.PENDING:
+            raise Refused("conflict", f"job {a.job_id!r} is {row.state}", job_status=row.state)
+        caps = core.policies.rooms(call.namespace, [row.queue], tx.now_ms)
+        if not quotas.claim_room(core, call.namespace, 1) or caps.get(row.queue) == 0:
             held = core.admission(row, tx.now_ms) or {}
-            core.metrics.admission_refused(row[sql.QUEUE], held.get("reason") or "")
-            raise deferred_refusal(a.job_id, row[sql.QUEUE], held)
-        if row[sql.BUDGETS] is not None:
+            core.metrics.admission_refused(row.queue, held.get("reason") or "")
+            raise deferred_refusal(a.job_id, row.queue, held)
+        if row.budgets is not None:
             held = core.budget_gate.admission(row, tx.now_ms)
-            if row[sql.PARKED_ON] is not None or core.budget_gate.debit(tx, row) is not None:
-                raise deferred_refusal(a.job_id, row[sql.QUEUE], held or {})
-        lc.check("claim", lc.PENDING, lc.RUNNING)
-        claimed = sql.mark_running(tx.conn, [row], _new_lease(), a.lease_ms, tx.now_ms)
+            if row.parked_on is not None or core.budget_gate.debit(tx, row) is not None:
+                raise deferred_refusal(a.job_id, row.queue, held or {})
+        claimed = tx.store.jobs.mark_running([row], _new_lease(), a.lease_ms, tx.now_ms)
         quotas.claimed(core, tx, call.namespace, 1)
         core.claimed(tx, claimed)
         if caps:
@@ -328,7 +325,7 @@ def claim(core: Core, call: Call, a: ClaimArgs) -> Plan:
     return Plan(write, lambda row: _claimed(core, [row], headrooms)["jobs"][0])
 
 
-Change = Callable[[Tx, sql.Row], Any]
+Change = Callable[[Tx, JobRow], Any]
 
 
 def _on_lease(core: Core, call: Call, job_id: str, lease: str, change: Change) -> Plan:
@@ -342,7 +339,7 @@ def _on_lease(core: Core, call: Call, job_id: str, lease: str, change: Change) -
         row = _leased(core, call, tx, job_id, lease)
         try:
             return change(tx, row)
-        except sql.StaleRow:
+        except StaleRow:
             raise _lost(core, call, tx, job_id, lease) from None
 
     return Plan(write, _job_answer)
@@ -352,9 +349,9 @@ def _on_lease(core: Core, call: Call, job_id: str, lease: str, change: Change) -
 def heartbeat(core: Core, call: Call, a: HeartbeatArgs) -> Plan:
     """Extend a lease."""
 
-    def change(tx: Tx, row: sql.Row) -> int:
-        expires = tx.now_ms + (a.lease_ms or row[sql.LEASE_MS])
-        after = sql.extend_lease(tx.conn, row, expires, tx.now_ms)
+    def change(tx: Tx, row: JobRow) -> int:
+        expires = tx.now_ms + (a.lease_ms or row.lease_ms)
+        after = tx.store.jobs.extend_lease(row, expires, tx.now_ms)
         tx.after(lambda: core.lease_extended(after))
         return expires
 
@@ -365,11 +362,12 @@ def heartbeat(core: Core, call: Call, a: HeartbeatArgs) -> Plan:
 @verb("complete", ("consume",), CompleteArgs)
 def complete(core: Core, call: Call, a: CompleteArgs) -> Plan:
     """Finish a job successfully."""
-    result = None if a.result is None else sql.dumps(a.result)
+    result = None if a.result is None else dumps(a.result)
 
-    def change(tx: Tx, row: sql.Row) -> sql.Row:
-        state = lc.check("complete", lc.RUNNING, lc.COMPLETED)
-        after = sql.finish(tx.conn, row, state=state, now=tx.now_ms, result=result)
+    def change(tx: Tx, row: JobRow) -> JobRow:
+        after = tx.store.jobs.finish(
+            row, event="complete", state=lc.COMPLETED, now=tx.now_ms, result=result
+        )
         core.finished(tx, [after])
         return after
 
@@ -386,26 +384,25 @@ def complete_many(core: Core, call: Call, a: CompleteManyArgs) -> Plan:
     """
 
     def write(tx: Tx) -> list[dict[str, Any]]:
-        state = lc.check("complete", lc.RUNNING, lc.COMPLETED)
         outcome: list[dict[str, Any]] = [{"job_id": c.job_id} for c in a.jobs]
-        found: list[tuple[int, sql.Row, str | None]] = []
+        found: list[tuple[int, JobRow, str | None]] = []
         for i, c in enumerate(a.jobs):
             try:
                 row = _leased(core, call, tx, c.job_id, c.lease)
             except Refused as refused:  # this job only: nothing of it is written
                 outcome[i]["error"] = refused.to_wire()
                 continue
-            found.append((i, row, None if c.result is None else sql.dumps(c.result)))
-        done = sql.complete_many(tx.conn, [(row, r) for _i, row, r in found], tx.now_ms)
+            found.append((i, row, None if c.result is None else dumps(c.result)))
+        done = tx.store.jobs.complete_many([(row, r) for _i, row, r in found], tx.now_ms)
         if done is None:  # a stale row or a job named twice: one at a time, to say which
             done = []
             for i, row, result in found:
                 try:
-                    done.append(sql.finish(tx.conn, row, state=state, now=tx.now_ms,
-                                           result=result))  # fmt: skip
-                except sql.StaleRow:
+                    done.append(tx.store.jobs.finish(row, event="complete", state=lc.COMPLETED,
+                                                     now=tx.now_ms, result=result))  # fmt: skip
+                except StaleRow:
                     try:
-                        refusal = _lost(core, call, tx, row[sql.ID], row[sql.LEASE])
+                        refusal = _lost(core, call, tx, row.id, row.lease)
                     except Refused as why:
                         refusal = why
                     outcome[i]["error"] = refusal.to_wire()
@@ -422,21 +419,23 @@ def complete_many(core: Core, call: Call, a: CompleteManyArgs) -> Plan:
 def fail(core: Core, call: Call, a: FailArgs) -> Plan:
     """Report a failed attempt: retry with backoff, or dead."""
 
-    def change(tx: Tx, row: sql.Row) -> sql.Row:
+    def change(tx: Tx, row: JobRow) -> JobRow:
         now = tx.now_ms
-        if a.dead or row[sql.ATTEMPTS] >= row[sql.MAX_ATTEMPTS]:
+        if a.dead or row.attempts >= row.max_attempts:
             reason = "failed" if a.dead else "attempts_exhausted"
-            after = sql.finish(
-                tx.conn, row, state=lc.check("fail", lc.RUNNING, lc.DEAD), now=now,
-                error=a.error, dead=sql.dumps({"at": now, "reason": reason}),
+            after = tx.store.jobs.finish(
+                row, event="fail", state=lc.DEAD, now=now, error=a.error,
+                dead=dumps({"at": now, "reason": reason}),
             )  # fmt: skip
         else:
-            delay = a.retry_in_ms if a.retry_in_ms is not None else lc.backoff_ms(row[sql.ATTEMPTS])
+            delay = a.retry_in_ms if a.retry_in_ms is not None else lc.backoff_ms(row.attempts)
             ready_at = now + delay
-            state = lc.check("fail", lc.RUNNING, lc.arrival_state(ready_at, now))
-            after = sql.finish(tx.conn, row, state=state, now=now, ready_at=ready_at, error=a.error)
+            state = lc.arrival_state(ready_at, now)
+            after = tx.store.jobs.finish(
+                row, event="fail", state=state, now=now, ready_at=ready_at, error=a.error
+            )
         core.moved(tx, row, after)
-        queue = row[sql.QUEUE]
+        queue = row.queue
         tx.after(lambda: core.metrics.failed(queue))
         return after
 
@@ -447,11 +446,13 @@ def fail(core: Core, call: Call, a: FailArgs) -> Plan:
 def release(core: Core, call: Call, a: ReleaseArgs) -> Plan:
     """Give a job back unworked: the attempt is taken back."""
 
-    def change(tx: Tx, row: sql.Row) -> sql.Row:
+    def change(tx: Tx, row: JobRow) -> JobRow:
         now = tx.now_ms
-        ready_at = now + a.delay_ms if a.delay_ms else row[sql.READY_AT]
-        state = lc.check("release", lc.RUNNING, lc.arrival_state(ready_at, now))
-        after = sql.finish(tx.conn, row, state=state, now=now, ready_at=ready_at, attempts_delta=-1)
+        ready_at = now + a.delay_ms if a.delay_ms else row.ready_at
+        state = lc.arrival_state(ready_at, now)
+        after = tx.store.jobs.finish(
+            row, event="release", state=state, now=now, ready_at=ready_at, attempts_delta=-1
+        )
         core.moved(tx, row, after)
         return after
 

@@ -100,3 +100,13 @@ def test_backoff_huge_attempt_counts_stay_capped():
 def test_backoff_spreads_out():
     rng = random.Random(1)
     assert len({backoff_ms(5, rng) for _ in range(50)}) > 10
+
+
+def test_sources_are_the_states_the_table_lets_an_event_leave_for_a_target():
+    assert lc.sources("promote", lc.PENDING) == (lc.SCHEDULED,)
+    assert lc.sources("fold", lc.SCHEDULED) == (lc.SCHEDULED, lc.PENDING)
+    assert lc.sources("claim", lc.RUNNING) == (lc.PENDING,)
+    assert lc.sources("promote", lc.RUNNING) == ()
+    for event, target in itertools.product(EVENTS, lc.STATES):
+        for source in lc.sources(event, target):
+            assert check(event, source, target) == target

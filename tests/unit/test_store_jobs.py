@@ -198,8 +198,10 @@ def test_mark_running_marks_every_row_of_a_claim_whatever_its_size(conn):
     assert stored["j0005"][sql.LEASE_EXPIRES_AT] == NOW + 1 + 9_000  # its own lease_ms
     assert stored["j0006"][sql.LEASE_EXPIRES_AT] == NOW + 1 + 30_000
     assert stored["other"][sql.STATE] == "pending"  # padding never reaches another row
-    with conn:
-        again = sql.mark_running(conn, claimed[:3], "M", 1_000, NOW + 2)
+    with conn:  # their leases lapsed and they were reaped: claimed again
+        lapsed = [r._replace(state="pending") for r in claimed[:3]]
+        conn.executemany("UPDATE jobs SET state = 'pending' WHERE id = ?", [r[:1] for r in lapsed])
+        again = sql.mark_running(conn, lapsed, "M", 1_000, NOW + 2)
     assert [r[sql.ATTEMPTS] for r in again] == [2, 2, 2]
     assert _stored(conn)["j0000"][sql.LEASE_EXPIRES_AT] == NOW + 2 + 1_000
 

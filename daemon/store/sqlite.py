@@ -1,0 +1,70 @@
+"""The SQLite implementation of :mod:`daemon.store.interface`.
+
+Each part of :class:`SqliteStore` is the named statements of one module
+(:mod:`~daemon.store.jobs`, :mod:`~daemon.store.queues`, ...) with the
+daemon's one connection bound as their first argument. The binding is a
+``functools.partial``, a C call: the interface costs the hot path no Python
+frame. The transaction around them is :class:`~daemon.store.database.GroupCommit`'s.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from functools import partial
+from types import ModuleType
+from typing import Any
+
+from daemon.store import audit, budgets, jobs, policies, queues, retention, settings, usage
+from daemon.store.interface import (
+    AuditStore,
+    BudgetStore,
+    JobStore,
+    PolicyStore,
+    QueueStore,
+    RetentionStore,
+    SettingsStore,
+    Store,
+    UsageStore,
+)
+
+
+def _members(protocol: type) -> list[str]:
+    """The operations a protocol names (its public methods)."""
+    return [
+        name
+        for name, value in vars(protocol).items()
+        if not name.startswith("_") and callable(value)
+    ]
+
+
+class _Bound:
+    """One module's statements with the connection bound: an implementation of
+    ``protocol`` (every operation it names, nothing more)."""
+
+    def __init__(self, conn: sqlite3.Connection, module: ModuleType, protocol: type) -> None:
+        for name in _members(protocol):
+            setattr(self, name, partial(getattr(module, name), conn))
+
+
+class SqliteStore(Store):
+    """The daemon's SQLite database, as :class:`~daemon.store.interface.Store`."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        #: The connection; only this package's SQLite code and white-box tests use it.
+        self.conn = conn
+        parts: dict[str, tuple[ModuleType, Any]] = {
+            "jobs": (jobs, JobStore),
+            "queues": (queues, QueueStore),
+            "budgets": (budgets, BudgetStore),
+            "policies": (policies, PolicyStore),
+            "settings": (settings, SettingsStore),
+            "audit": (audit, AuditStore),
+            "usage": (usage, UsageStore),
+            "retention": (retention, RetentionStore),
+        }
+        for name, (module, protocol) in parts.items():
+            setattr(self, name, _Bound(conn, module, protocol))
+
+    def close(self) -> None:
+        """Close the connection."""
+        self.conn.close()

@@ -1,0 +1,443 @@
+"""The store interface's contract (daemon/store/interface.py), one suite for every store.
+
+Each test speaks only the interface: rows are :class:`JobRow`, writes run in a
+transaction handed out by the store's :class:`Committer`, time is passed in.
+The ``store`` fixture is parametrized over the implementations: file-backed
+SQLite today; PostgreSQL (issue 15) joins the list and must pass unchanged.
+Instants are tested at the horizon and one millisecond either side.
+
+Illegal transitions (the table in actors/lifecycle.py) raise
+:class:`IllegalTransition` and change nothing, whichever door they come through:
+claim, heartbeat, complete, fail, release, reap, fold, replay, promote.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from actors import lifecycle as lc
+from actors.errors import Refused
+from actors.lifecycle import IllegalTransition
+from daemon.store.database import GroupCommit, open_database
+from daemon.store.interface import (
+    AuditStore,
+    BudgetStore,
+    JobRow,
+    JobStore,
+    PolicyStore,
+    QueueStore,
+    RetentionStore,
+    SettingsStore,
+    StaleRow,
+    Store,
+    UsageStore,
+)
+
+T = 1_700_000_000_000  # the horizon of each test
+LEASE_MS = 30_000
+
+
+class Harness:
+    """One implementation: its store, and a way to run a write at an instant."""
+
+    def __init__(self, store: Store, run: Callable[[Callable[[Any], Any], int], Any]) -> None:
+        self.store = store
+        self._run = run
+
+    def write(self, fn: Callable[[Any], Any], now: int = T) -> Any:
+        """``fn(tx)`` in one transaction at ``now``; its result after commit."""
+        return self._run(fn, now)
+
+    def job(self, job_id: str) -> JobRow:
+        row = self.store.jobs.get("ns", job_id)
+        assert row is not None
+        return row
+
+
+def _sqlite(tmp_path) -> Iterator[Harness]:
+    db = open_database(tmp_path / "contract.sqlite")
+    clock = [T]
+    committer = GroupCommit(db.conn, lambda: clock[0])
+
+    def run(fn, now):
+        clock[0] = now
+        raised: list[BaseException] = []
+
+        def write(tx):
+            try:
+                return fn(tx)
+            except BaseException as exc:  # the committer answers a bug `internal`: keep it
+                raised.append(exc)
+                raise
+
+        try:
+            return committer.run_now(write)
+        except Refused:
+            if raised:
+                raise raised[0] from None
+            raise
+
+    try:
+        yield Harness(committer.store, run)
+    finally:
+        db.close()
+
+
+IMPLEMENTATIONS = {"sqlite": _sqlite}
+
+
+@pytest.fixture(params=sorted(IMPLEMENTATIONS))
+def store(request, tmp_path) -> Iterator[Harness]:
+    yield from IMPLEMENTATIONS[request.param](tmp_path)
+
+
+def _job(job_id: str, state: str = lc.PENDING, **fields: Any) -> JobRow:
+    values: dict[str, Any] = {
+        "id": job_id, "namespace": "ns", "queue": "q", "type": "t", "payload": "{}",
+        "priority": 0, "state": state, "attempts": 0, "max_attempts": 3, "lease_ms": LEASE_MS,
+        "ready_at": T, "created_at": T, "updated_at": T, "finished_at": None, "lease": None,
+        "lease_expires_at": None, "unique_key": None, "budgets": None, "error": None,
+        "result": None, "dead": None, "parked_on": None,
+    }  # fmt: skip
+    values.update(fields)
+    return JobRow(**values)
+
+
+def _insert(h: Harness, *rows: JobRow) -> None:
+    h.write(lambda tx: tx.store.jobs.insert(list(rows)))
+
+
+def _claim(h: Harness, limit: int = 10, now: int = T, lease: str = "L") -> list[JobRow]:
+    def write(tx):
+        return tx.store.jobs.mark_running(
+            tx.store.jobs.ready("ns", ["q"], limit), lease, None, tx.now_ms
+        )
+
+    return h.write(write, now)
+
+
+def _unchanged(h: Harness, rows: list[JobRow], attempt: Callable[[Any], Any], now: int = T):
+    """``attempt`` raises IllegalTransition, and every row in ``rows`` reads as before."""
+
+    def write(tx):
+        attempt(tx)
+
+    with pytest.raises(IllegalTransition):
+        h.write(write, now)
+    assert [h.job(r.id) for r in rows] == rows
+
+
+# -- the interface ------------------------------------------------------------------
+
+
+def test_every_part_implements_its_protocol(store):
+    s = store.store
+    parts = {
+        "jobs": JobStore, "queues": QueueStore, "budgets": BudgetStore, "policies": PolicyStore,
+        "settings": SettingsStore, "audit": AuditStore, "usage": UsageStore,
+        "retention": RetentionStore,
+    }  # fmt: skip
+    for name, protocol in parts.items():
+        assert isinstance(getattr(s, name), protocol), name
+
+
+# -- insert and read -------------------------------------------------------------------
+
+
+def test_insert_then_get_gives_the_same_row_back(store):
+    plain = _job("a")
+    full = _job("b", lc.DEAD, unique_key="k", budgets='[{"key":"b","cost":1}]', error="e",
+                result='"r"', dead='{"at":1}', finished_at=T)  # fmt: skip
+    _insert(store, plain, full)
+    assert store.job("a") == plain
+    assert store.job("b") == full
+    assert isinstance(store.job("a"), JobRow)
+    assert store.store.jobs.get("other", "a") is None  # another namespace: absent
+    assert store.store.jobs.get("ns", "missing") is None
+
+
+def test_find_live_unique_sees_only_live_jobs(store):
+    _insert(store, _job("dead", lc.DEAD, unique_key="k"), _job("live", unique_key="k2"))
+    jobs = store.store.jobs
+    assert jobs.find_live_unique("ns", "q", "k") is None
+    assert jobs.find_live_unique("ns", "q", "k2") == store.job("live")
+
+
+# -- promote at the horizon ----------------------------------------------------------
+
+
+def test_promote_moves_scheduled_jobs_at_ready_at_not_a_millisecond_before(store):
+    _insert(store, _job("s", lc.SCHEDULED, ready_at=T + 1))
+    assert store.store.jobs.earliest_scheduled() == T + 1
+    assert store.write(lambda tx: tx.store.jobs.promote_due(tx.now_ms), T) == []
+    assert store.job("s").state == lc.SCHEDULED
+    assert store.write(lambda tx: tx.store.jobs.promote_due(tx.now_ms), T + 1) == [("ns", "q")]
+    assert store.job("s").state == lc.PENDING
+    assert store.job("s").updated_at == T + 1
+    assert store.write(lambda tx: tx.store.jobs.promote_due(tx.now_ms), T + 2) == []
+    assert store.store.jobs.earliest_scheduled() is None
+
+
+def test_promote_moves_only_what_the_table_allows(store):
+    # Due by ready_at, but not scheduled: promote never touches them.
+    others = [_job("p", ready_at=T - 1), _job("d", lc.DEAD, ready_at=T - 1),
+              _job("c", lc.COMPLETED, ready_at=T - 1)]  # fmt: skip
+    _insert(store, *others)
+    assert store.write(lambda tx: tx.store.jobs.promote_due(tx.now_ms), T + 1) == []
+    assert [store.job(r.id) for r in others] == others
+
+
+# -- claim ---------------------------------------------------------------------------
+
+
+def test_claim_takes_pending_jobs_in_priority_ready_at_id_order(store):
+    _insert(store, _job("c", ready_at=T - 1), _job("b", priority=-1), _job("a"),
+            _job("s", lc.SCHEDULED, ready_at=T + 1),
+            _job("parked", parked_on="budget"))  # fmt: skip
+    claimed = _claim(store, now=T + 1)
+    assert [r.id for r in claimed] == ["b", "c", "a"]
+    for row in claimed:
+        assert row == store.job(row.id)
+        assert (row.state, row.attempts, row.lease) == (lc.RUNNING, 1, "L")
+        assert row.lease_expires_at == T + 1 + LEASE_MS
+        assert row.updated_at == T + 1
+
+
+def test_claim_respects_limit_and_caps(store):
+    _insert(store, *[_job(f"j{i}") for i in range(5)])
+    assert [r.id for r in store.write(lambda tx: tx.store.jobs.ready("ns", ["q"], 3))] == [
+        "j0", "j1", "j2",
+    ]  # fmt: skip
+    capped = store.write(lambda tx: tx.store.jobs.ready("ns", ["q"], 3, {"q": 1}))
+    assert [r.id for r in capped] == ["j0"]
+
+
+def test_a_lease_ms_given_at_claim_overrides_the_jobs_own(store):
+    _insert(store, _job("a"))
+
+    def write(tx):
+        return tx.store.jobs.mark_running(tx.store.jobs.ready("ns", ["q"], 1), "L", 5, tx.now_ms)
+
+    (row,) = store.write(write)
+    assert row.lease_expires_at == T + 5 == store.job("a").lease_expires_at
+
+
+@pytest.mark.parametrize("state", [lc.SCHEDULED, lc.RUNNING, lc.COMPLETED, lc.DEAD])
+def test_claiming_a_job_that_is_not_pending_is_illegal(store, state):
+    row = _job("x", state, lease="old" if state == lc.RUNNING else None)
+    fine = _job("fine")
+    _insert(store, row, fine)
+
+    def claim(tx):
+        tx.store.jobs.mark_running([fine, row], "L", None, tx.now_ms)
+
+    _unchanged(store, [row, fine], claim)
+
+
+# -- heartbeat -------------------------------------------------------------------------
+
+
+def test_heartbeat_extends_a_running_lease(store):
+    _insert(store, _job("a"))
+    (row,) = _claim(store)
+    after = store.write(lambda tx: tx.store.jobs.extend_lease(row, T + 99, T + 1), T + 1)
+    assert after == store.job("a")
+    assert (after.lease_expires_at, after.updated_at, after.state) == (T + 99, T + 1, lc.RUNNING)
+
+
+def test_heartbeat_under_a_lease_that_moved_on_is_stale_and_changes_nothing(store):
+    _insert(store, _job("a"))
+    (row,) = _claim(store)
+    stale = row._replace(lease="other")
+    with pytest.raises(StaleRow):
+        store.write(lambda tx: tx.store.jobs.extend_lease(stale, T + 99, T + 1))
+    assert store.job("a") == row
+
+
+@pytest.mark.parametrize("state", [lc.SCHEDULED, lc.PENDING, lc.COMPLETED, lc.DEAD])
+def test_heartbeat_of_a_job_that_is_not_running_is_illegal(store, state):
+    row = _job("x", state)
+    _insert(store, row)
+    _unchanged(store, [row], lambda tx: tx.store.jobs.extend_lease(row, T + 99, tx.now_ms))
+
+
+# -- finish: complete, fail, release -------------------------------------------------
+
+
+def test_complete_finishes_a_running_job(store):
+    _insert(store, _job("a"))
+    (row,) = _claim(store)
+
+    def write(tx):
+        return tx.store.jobs.finish(row, event="complete", state=lc.COMPLETED, now=T + 1,
+                                    result='"ok"')  # fmt: skip
+
+    after = store.write(write, T + 1)
+    assert after == store.job("a")
+    assert (after.state, after.finished_at, after.lease, after.result) == (
+        lc.COMPLETED, T + 1, None, '"ok"',
+    )  # fmt: skip
+
+
+def test_fail_and_release_send_a_running_job_back_to_wait(store):
+    _insert(store, _job("a"), _job("b"))
+    a, b = _claim(store)
+
+    def fail(tx):
+        return tx.store.jobs.finish(a, event="fail", state=lc.SCHEDULED, now=T, ready_at=T + 1,
+                                    error="boom")  # fmt: skip
+
+    def release(tx):
+        return tx.store.jobs.finish(b, event="release", state=lc.PENDING, now=T, attempts_delta=-1)
+
+    failed, released = store.write(fail), store.write(release)
+    assert (failed.state, failed.ready_at, failed.error, failed.attempts) == (
+        lc.SCHEDULED, T + 1, "boom", 1,
+    )  # fmt: skip
+    assert (released.state, released.attempts, released.lease) == (lc.PENDING, 0, None)
+    assert [store.job("a"), store.job("b")] == [failed, released]
+
+
+def test_complete_under_a_stale_lease_changes_nothing(store):
+    _insert(store, _job("a"))
+    (row,) = _claim(store)
+    stale = row._replace(lease="other")
+    with pytest.raises(StaleRow):
+        store.write(lambda tx: tx.store.jobs.finish(stale, event="complete",
+                                                    state=lc.COMPLETED, now=T))  # fmt: skip
+    assert store.job("a") == row
+
+
+@pytest.mark.parametrize(
+    ("event", "target"),
+    [("complete", lc.DEAD), ("complete", lc.PENDING), ("fail", lc.COMPLETED),
+     ("release", lc.DEAD), ("reap", lc.COMPLETED), ("teleport", lc.PENDING)],
+)  # fmt: skip
+def test_finishing_to_a_target_the_table_does_not_allow_is_illegal(store, event, target):
+    _insert(store, _job("a"))
+    (row,) = _claim(store)
+    _unchanged(store, [row],
+               lambda tx: tx.store.jobs.finish(row, event=event, state=target, now=T))  # fmt: skip
+
+
+@pytest.mark.parametrize("state", [lc.SCHEDULED, lc.PENDING, lc.COMPLETED, lc.DEAD])
+@pytest.mark.parametrize("event", ["complete", "fail", "release", "reap"])
+def test_finishing_a_job_that_is_not_running_is_illegal(store, state, event):
+    row = _job("x", state, lease="L")
+    _insert(store, row)
+    target = lc.COMPLETED if event == "complete" else lc.PENDING
+    _unchanged(store, [row],
+               lambda tx: tx.store.jobs.finish(row, event=event, state=target, now=T))  # fmt: skip
+
+
+def test_complete_many_is_all_or_nothing(store):
+    _insert(store, _job("a"), _job("b"), _job("c"))
+    a, b, c = _claim(store)
+    stale = b._replace(lease="other")
+    jobs = store.store.jobs
+    both = [(a, None), (stale, None)]
+    assert store.write(lambda tx: tx.store.jobs.complete_many(both, T)) is None
+    assert [jobs.get("ns", i) for i in "ab"] == [a, b]
+    done = store.write(lambda tx: tx.store.jobs.complete_many([(a, None), (b, '"r"')], T + 1))
+    assert done == [store.job("a"), store.job("b")]
+    assert {r.state for r in done} == {lc.COMPLETED}
+    assert store.job("b").result == '"r"'
+    # c is running; a is completed now: completing both is illegal, nothing moves.
+    completed = store.job("a")
+    again = [(c, None), (completed, None)]
+    _unchanged(store, [completed, c], lambda tx: tx.store.jobs.complete_many(again, T + 2))
+
+
+# -- reap at the horizon ---------------------------------------------------------------
+
+
+def test_a_lease_lapses_at_its_expiry_not_a_millisecond_before(store):
+    _insert(store, _job("a"))
+    (row,) = _claim(store)
+    expiry = T + LEASE_MS
+    assert store.store.jobs.earliest_lease_expiry() == expiry
+    assert store.write(lambda tx: tx.store.jobs.lapsed(tx.now_ms), expiry - 1) == []
+    assert store.write(lambda tx: tx.store.jobs.lapsed(tx.now_ms), expiry) == [row]
+    assert store.write(lambda tx: tx.store.jobs.lapsed(tx.now_ms), expiry + 1) == [row]
+
+    def reap(tx):
+        return tx.store.jobs.finish(row, event="reap", state=lc.PENDING, now=tx.now_ms)
+
+    reaped = store.write(reap, expiry)
+    assert (reaped.state, reaped.lease, reaped.lease_expires_at) == (lc.PENDING, None, None)
+    assert store.write(lambda tx: tx.store.jobs.lapsed(tx.now_ms), expiry + 1) == []
+    assert store.store.jobs.earliest_lease_expiry() is None
+
+
+# -- park and release ------------------------------------------------------------------
+
+
+def test_a_parked_job_leaves_the_ready_index_until_released(store):
+    _insert(store, _job("a"), _job("b"), _job("c"))
+    jobs = store.store.jobs
+    store.write(lambda tx: tx.store.jobs.park([("budget", "a"), ("budget", "b")]))
+    assert [r.id for r in store.write(lambda tx: tx.store.jobs.ready("ns", ["q"], 10))] == ["c"]
+    assert jobs.parked_counts() == [("ns", "q", "budget", 2)]
+    assert [r[0] for r in jobs.parked_oldest("ns", "budget", 1)] == ["a"]
+    assert store.job("a").state == lc.PENDING  # parked is not a state
+    store.write(lambda tx: tx.store.jobs.unpark(["a"]))
+    assert [r.id for r in store.write(lambda tx: tx.store.jobs.ready("ns", ["q"], 10))] == [
+        "a", "c",
+    ]  # fmt: skip
+    assert jobs.parked_counts() == [("ns", "q", "budget", 1)]
+
+
+# -- fold and replay -------------------------------------------------------------------
+
+
+def test_fold_reschedules_a_waiting_job_and_unparks_it(store):
+    _insert(store, _job("a", parked_on="budget"))
+    after = store.write(lambda tx: tx.store.jobs.fold(store.job("a"), '{"n":2}', T + 5, T + 1))
+    assert after == store.job("a")
+    assert (after.state, after.payload, after.ready_at, after.parked_on) == (
+        lc.SCHEDULED, '{"n":2}', T + 5, None,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("state", [lc.RUNNING, lc.COMPLETED, lc.DEAD])
+def test_folding_a_job_that_is_not_waiting_is_illegal(store, state):
+    row = _job("x", state)
+    _insert(store, row)
+    _unchanged(store, [row], lambda tx: tx.store.jobs.fold(row, "{}", T + 5, T))
+
+
+def test_replay_brings_a_dead_letter_back(store):
+    dead = _job("d", lc.DEAD, attempts=3, error="e", dead='{"at":1}', finished_at=T - 1)
+    _insert(store, dead)
+    after = store.write(lambda tx: tx.store.jobs.replay(dead, T + 1), T + 1)
+    assert after == store.job("d")
+    assert (after.state, after.attempts, after.error, after.dead, after.ready_at) == (
+        lc.PENDING, 0, None, None, T + 1,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("state", [lc.SCHEDULED, lc.PENDING, lc.RUNNING, lc.COMPLETED])
+def test_replaying_a_job_that_is_not_dead_is_illegal(store, state):
+    row = _job("x", state)
+    _insert(store, row)
+    _unchanged(store, [row], lambda tx: tx.store.jobs.replay(row, T))
+
+
+# -- reads -----------------------------------------------------------------------------
+
+
+def test_counts_listing_and_dead_ids(store):
+    _insert(store, _job("a"), _job("b", lc.DEAD), _job("c", lc.DEAD, queue="r"))
+    jobs = store.store.jobs
+    assert sorted(jobs.state_counts()) == [
+        ("ns", "q", lc.DEAD, 1), ("ns", "q", lc.PENDING, 1), ("ns", "r", lc.DEAD, 1),
+    ]  # fmt: skip
+    listed = jobs.list_jobs("ns", queue=None, state=None, after=None, limit=10)
+    assert [r.id for r in listed] == ["a", "b", "c"]
+    assert all(isinstance(r, JobRow) for r in listed)
+    assert jobs.dead_ids("ns", None, None, 10) == ["b", "c"]
+    assert jobs.dead_ids("ns", "r", None, 10) == ["c"]
+    assert jobs.dead_ids("ns", None, "b", 10) == ["c"]
