@@ -28,6 +28,8 @@ COLS = ", ".join(COLUMNS)
  ERROR, RESULT, DEAD, PARKED_ON) = range(len(COLUMNS))  # fmt: skip
 
 Row = JobRow
+# A JobRow of a tuple of its 22 values: the cheapest way to make one.
+_new = tuple.__new__
 
 _INSERT = f"INSERT INTO jobs ({COLS}) VALUES ({', '.join('?' * len(COLUMNS))})"
 # A fresh job sets only the first 13 columns (the NOT NULL ones); the rest are
@@ -108,20 +110,26 @@ def update(
     ``before``'s lease, else :class:`StaleRow` is raised and nothing changed:
     so ``before`` may come from memory instead of a SELECT.
     """
+    _write(conn, changes, before[ID], running, before[LEASE])
+    after = list(before)
+    for column, value in changes.items():
+        after[_INDEX[column]] = value
+    return _new(JobRow, after)
+
+
+def _write(
+    conn: sqlite3.Connection, changes: dict[str, Any], job_id: str, running: bool, lease: Any
+) -> None:
+    """``update``'s statement; with ``running``, guarded on the state and ``lease``."""
     columns = (*changes, running)
     statement = _UPDATE_SQL.get(columns)
     if statement is None:
         sets = ", ".join(f"{c} = ?" for c in changes)
         guard = " AND state = 'running' AND lease = ?" if running else ""
         statement = _UPDATE_SQL[columns] = f"UPDATE jobs SET {sets} WHERE id = ?{guard}"
-    params = (*changes.values(), before[ID], before[LEASE]) if running else (
-        *changes.values(), before[ID])  # fmt: skip
+    params = (*changes.values(), job_id, lease) if running else (*changes.values(), job_id)
     if conn.execute(statement, params).rowcount != 1:
-        raise StaleRow(before[ID])
-    after = list(before)
-    for column, value in changes.items():
-        after[_INDEX[column]] = value
-    return as_row(after)
+        raise StaleRow(job_id)
 
 
 def fold(conn: sqlite3.Connection, before: Row, payload: str, ready_at: int, now: int) -> Row:
@@ -164,6 +172,8 @@ _CLAIM_SQL: dict[int, str] = {}
 # IllegalTransition the error.
 _CLAIMABLE = frozenset(lc.sources("claim", lc.RUNNING))
 _COMPLETABLE = frozenset(lc.sources("complete", lc.COMPLETED))
+_RUNNING, _COMPLETED = lc.RUNNING, lc.COMPLETED
+_FINAL = frozenset((lc.COMPLETED, lc.DEAD))
 # One statement for a whole claim: a list of ids costs SQLite less than the
 # same update run once per id.
 _MARK_RUNNING = (
@@ -246,21 +256,24 @@ def mark_running(
     """Claim the jobs ``rows`` (as read in this transaction): running, one more
     attempt, leased; their rows after."""
     claimed = []
+    ids = []
     for row in rows:  # all checked before any statement runs
-        if row[STATE] not in _CLAIMABLE:
-            lc.check("claim", row[STATE], lc.RUNNING)  # raises
-        after = list(row)
-        after[STATE] = "running"
-        after[ATTEMPTS] = row[ATTEMPTS] + 1
-        after[LEASE] = lease
-        after[LEASE_EXPIRES_AT] = now + (lease_ms or row[LEASE_MS])
-        after[UPDATED_AT] = now
-        claimed.append(as_row(after))
-    for start in range(0, len(rows), _IN_CHUNK):
-        statement, ids = _in_list(
-            _MARK_RUNNING, [row[ID] for row in rows[start : start + _IN_CHUNK]]
-        )
-        conn.execute(statement, (lease, now, lease_ms, now, *ids))
+        # Unpacked once and built as one tuple: a copy through a list costs a
+        # claim more per row (bench/inprocess.py, batched).
+        (job_id, namespace, queue, job_type, payload, priority, state, attempts, max_attempts,
+         job_lease_ms, ready_at, created_at, _updated_at, finished_at, _lease, _expires,
+         unique_key, budgets, error, result, dead, parked_on) = row  # fmt: skip
+        if state not in _CLAIMABLE:
+            lc.check("claim", state, _RUNNING)  # raises
+        ids.append(job_id)
+        claimed.append(_new(JobRow, (
+            job_id, namespace, queue, job_type, payload, priority, _RUNNING, attempts + 1,
+            max_attempts, job_lease_ms, ready_at, created_at, now, finished_at, lease,
+            now + (lease_ms or job_lease_ms), unique_key, budgets, error, result, dead, parked_on,
+        )))  # fmt: skip
+    for start in range(0, len(ids), _IN_CHUNK):
+        statement, params = _in_list(_MARK_RUNNING, ids[start : start + _IN_CHUNK])
+        conn.execute(statement, (lease, now, lease_ms, now, *params))
     return claimed
 
 
@@ -289,23 +302,38 @@ def finish(
     lifecycle table must allow from ``before``'s state to ``state``. Guarded on
     ``before``'s lease (:class:`StaleRow` if it no longer holds).
     """
-    lc.check(event, before[STATE], state)
+    # The hot path of every single completion: ``before`` unpacked once and the
+    # row after built as one tuple, as in mark_running (bench/inprocess.py, single).
+    (job_id, namespace, queue, job_type, payload, priority, source, attempts, max_attempts,
+     lease_ms, was_ready_at, created_at, _updated_at, _finished_at, lease, _expires,
+     unique_key, budgets, was_error, _result, _dead, parked_on) = before  # fmt: skip
+    lc.check(event, source, state)
+    finished_at = now if state in _FINAL else None
     changes: dict[str, Any] = {
         "state": state,
         "lease": None,
         "lease_expires_at": None,
         "updated_at": now,
-        "finished_at": now if state in ("completed", "dead") else None,
+        "finished_at": finished_at,
         "result": result,
         "dead": dead,
     }
     if attempts_delta:
-        changes["attempts"] = before[ATTEMPTS] + attempts_delta
-    if ready_at is not None:
+        attempts = changes["attempts"] = attempts + attempts_delta
+    if ready_at is None:
+        ready_at = was_ready_at
+    else:
         changes["ready_at"] = ready_at
-    if error is not None:
+    if error is None:
+        error = was_error
+    else:
         changes["error"] = error
-    return update(conn, before, changes, running=True)
+    _write(conn, changes, job_id, True, lease)
+    return _new(JobRow, (
+        job_id, namespace, queue, job_type, payload, priority, state, attempts, max_attempts,
+        lease_ms, ready_at, created_at, now, finished_at, None, None, unique_key, budgets, error,
+        result, dead, parked_on,
+    ))  # fmt: skip
 
 
 _COMPLETE_MANY = (
@@ -325,10 +353,19 @@ def complete_many(
     # Jobs of one claim share a lease, and most results are alike (none): one
     # statement per (lease, result) and up to _IN_CHUNK ids.
     groups: dict[tuple[str, str | None], list[str]] = {}
+    done = []
     for row, result in rows:
-        if row[STATE] not in _COMPLETABLE:
-            lc.check("complete", row[STATE], lc.COMPLETED)  # raises
-        groups.setdefault((row[LEASE], result), []).append(row[ID])
+        (job_id, namespace, queue, job_type, payload, priority, state, attempts, max_attempts,
+         lease_ms, ready_at, created_at, _updated_at, _finished_at, lease, _expires,
+         unique_key, budgets, error, _result, _dead, parked_on) = row  # fmt: skip
+        if state not in _COMPLETABLE:
+            lc.check("complete", state, _COMPLETED)  # raises
+        groups.setdefault((lease, result), []).append(job_id)
+        done.append(_new(JobRow, (
+            job_id, namespace, queue, job_type, payload, priority, _COMPLETED, attempts,
+            max_attempts, lease_ms, ready_at, created_at, now, now, None, None, unique_key,
+            budgets, error, result, None, parked_on,
+        )))  # fmt: skip
     conn.execute("SAVEPOINT complete_many")
     changed = 0
     for (lease, result), ids in groups.items():
@@ -340,14 +377,6 @@ def complete_many(
         conn.execute("RELEASE complete_many")
         return None
     conn.execute("RELEASE complete_many")
-    done = []
-    for row, result in rows:
-        after = list(row)
-        after[STATE] = "completed"
-        after[LEASE] = after[LEASE_EXPIRES_AT] = after[DEAD] = None
-        after[UPDATED_AT] = after[FINISHED_AT] = now
-        after[RESULT] = result
-        done.append(as_row(after))
     return done
 
 
