@@ -3,36 +3,20 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from daemon.cli.main import main
 from daemon.client import Client
-from tests.support import DaemonProcess
+from tests.support import DaemonProcess, sluice
 
 STAMP = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d"
-
-
-def sluice(
-    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
-    """Run ``sluice args...``; the completed process with text output."""
-    return subprocess.run(
-        [sys.executable, "-m", "daemon.cli.main", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=cwd,
-        env={**os.environ, **(env or {})},
-    )
 
 
 def json_doc(proc: subprocess.CompletedProcess[str]) -> Any:
