@@ -136,6 +136,7 @@ def test_the_socket_comes_from_the_environment_or_the_config_file(daemon, tmp_pa
     assert broken.returncode == 2 and "not valid TOML" in broken.stderr
 
 
+@pytest.mark.e2e
 def test_config_check(tmp_path):
     good = tmp_path / "good.toml"
     good.write_text('[daemon]\nlease = "30s"\nhttp = ""\n')
@@ -156,6 +157,7 @@ def test_config_check(tmp_path):
     assert sluice("config", "check", str(not_toml)).returncode == 1
 
 
+@pytest.mark.e2e
 def test_token_from_the_flag_or_the_environment(tmp_path):
     proc = DaemonProcess(
         tmp_path, http=False, extra_config='[[tokens]]\nname = "ops"\ntoken = "t0k"\n'
@@ -271,6 +273,7 @@ def test_dead_replay_all_goes_in_batches(daemon):
     assert nothing.stdout == "no dead letters\n"
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     "args", [["--help"], ["work", "--help"], ["dead", "replay", "--help"], ["demo", "--help"]]
 )
