@@ -77,7 +77,9 @@ async def _submit(writer: GroupCommit, outcomes: dict, key: str, fn) -> None:
 async def _committing(db, now=lambda: 1000) -> AsyncIterator[GroupCommit]:
     """A GroupCommit on ``db`` whose committer runs for the block (10 s at most)."""
     with trio.fail_after(10):
-        writer = GroupCommit(db.conn, now)
+        # A generous time budget: a round's writes share a transaction however busy
+        # the machine (the default, 1 ms of wall time, may split it under load).
+        writer = GroupCommit(db.conn, now, budget_s=10)
         async with trio.open_nursery() as nursery:
             await nursery.start(writer.run)
             yield writer
