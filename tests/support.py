@@ -226,6 +226,21 @@ class DaemonProcess:
             logf.close()
 
 
+def sluice(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """Run ``sluice args...`` as a user does, in a fresh interpreter: the completed
+    process with text output (``env`` is added to this process's environment)."""
+    return subprocess.run(
+        [sys.executable, "-m", "daemon.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+    )
+
+
 def wait_until(predicate: Any, timeout: float = 10, interval: float = 0.01, what: str = "") -> Any:
     """Poll ``predicate`` until it returns something truthy; fail after ``timeout``.
 

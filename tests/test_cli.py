@@ -3,36 +3,20 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from daemon.cli.main import main
 from daemon.client import Client
-from tests.support import DaemonProcess
+from tests.support import DaemonProcess, sluice
 
 STAMP = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d"
-
-
-def sluice(
-    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
-    """Run ``sluice args...``; the completed process with text output."""
-    return subprocess.run(
-        [sys.executable, "-m", "daemon.cli.main", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=cwd,
-        env={**os.environ, **(env or {})},
-    )
 
 
 def json_doc(proc: subprocess.CompletedProcess[str]) -> Any:
@@ -152,6 +136,7 @@ def test_the_socket_comes_from_the_environment_or_the_config_file(daemon, tmp_pa
     assert broken.returncode == 2 and "not valid TOML" in broken.stderr
 
 
+@pytest.mark.e2e
 def test_config_check(tmp_path):
     good = tmp_path / "good.toml"
     good.write_text('[daemon]\nlease = "30s"\nhttp = ""\n')
@@ -172,6 +157,7 @@ def test_config_check(tmp_path):
     assert sluice("config", "check", str(not_toml)).returncode == 1
 
 
+@pytest.mark.e2e
 def test_token_from_the_flag_or_the_environment(tmp_path):
     proc = DaemonProcess(
         tmp_path, http=False, extra_config='[[tokens]]\nname = "ops"\ntoken = "t0k"\n'
@@ -287,6 +273,7 @@ def test_dead_replay_all_goes_in_batches(daemon):
     assert nothing.stdout == "no dead letters\n"
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     "args", [["--help"], ["work", "--help"], ["dead", "replay", "--help"], ["demo", "--help"]]
 )

@@ -6,7 +6,6 @@ import argparse
 import json
 import re
 import subprocess
-import sys
 from datetime import datetime
 from typing import Any
 
@@ -17,20 +16,11 @@ from daemon.cli.jobs import admission_text, bindings_text, budget_binding
 from daemon.cli.main import main
 from daemon.cli.output import local_instant, local_time
 from daemon.client import Client
+from tests.support import sluice
 
 HEADER = r"KEY\s+ALLOCATION\s+STRATEGY\s+AVAILABLE\s+IN FLIGHT\s+PARKED\s+NEXT REFILL"
 LOCAL_TIME = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
 STAMP = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d"
-
-
-def sluice(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """Run ``sluice args...``; the completed process with text output."""
-    return subprocess.run(
-        [sys.executable, "-m", "daemon.cli.main", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 class Sluice:

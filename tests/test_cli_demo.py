@@ -64,6 +64,7 @@ def _starts(events: list[tuple[datetime, str, bool]]) -> list[datetime]:
     return [at for at, _id, started in events if started]
 
 
+@pytest.mark.e2e
 def test_demo_shows_the_flow_and_seed_003s_timelines(tmp_path: Path):
     demo = subprocess.run(
         [sys.executable, "-m", "daemon.cli.main", "demo", "--seconds", "2", "--job-seconds", "1"],

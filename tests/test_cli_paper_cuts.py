@@ -220,6 +220,7 @@ def test_work_with_json_keeps_stdout_for_its_events(daemon):
     assert f'{job_id}: {{"n":2}}\n' in err and f"{job_id}: bad\n" in err
 
 
+@pytest.mark.e2e
 def test_work_help_says_where_the_output_goes():
     helped = sluice("work", "--help")
     text = " ".join(helped.stdout.split())

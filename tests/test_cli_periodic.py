@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 
 from daemon.cli.main import main
 from daemon.cli.periodic import render
+from tests.support import sluice
 
 PERIODIC = """
 [[periodic]]
@@ -26,12 +25,6 @@ queue = "q"
 type = "t"
 every = "7d"
 """
-
-
-def sluice(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "daemon.cli.main", *args], capture_output=True, text=True, timeout=60
-    )
 
 
 def test_periodic_list_json_is_the_verb_result_and_humans_get_a_table(make_daemon):

@@ -578,6 +578,10 @@ async def test_trio_client_over_a_given_stream_does_not_reconnect():
 
 
 # -- against a real daemon -----------------------------------------------------
+#
+# One daemon serves the module (``module_daemon``): each test keeps to queues of its
+# own and asserts nothing about the daemon as a whole. A test that does (the dead
+# list) has a daemon of its own (``daemon``).
 
 
 def test_sync_client_job_life_and_typed_errors(daemon):
@@ -611,8 +615,8 @@ def test_sync_client_job_life_and_typed_errors(daemon):
         assert replay["results"][0]["job"]["status"] == "pending"
 
 
-def test_sync_client_pipelines_and_reads_answers_out_of_order(daemon):
-    with Client(daemon.socket) as client:
+def test_sync_client_pipelines_and_reads_answers_out_of_order(module_daemon):
+    with Client(module_daemon.socket) as client:
         waiting = client.submit("claim_next", queues=["later"], wait_ms=10_000)
         status = client.submit("status")
         assert client.result(status)["namespace"] == "default"
@@ -621,10 +625,10 @@ def test_sync_client_pipelines_and_reads_answers_out_of_order(daemon):
         assert client.outstanding == 0
 
 
-async def test_trio_client_answers_out_of_order_while_a_claim_waits(daemon):
+async def test_trio_client_answers_out_of_order_while_a_claim_waits(module_daemon):
     order: list[str] = []
     with trio.fail_after(20):
-        async with TrioClient.connect(daemon.socket) as client:
+        async with TrioClient.connect(module_daemon.socket) as client:
             claimed: list[TrioJob] = []
 
             async def wait_for_work() -> None:
@@ -644,10 +648,10 @@ async def test_trio_client_answers_out_of_order_while_a_claim_waits(daemon):
             await claimed[0].complete()
 
 
-async def test_trio_client_delivers_doorbells(daemon):
+async def test_trio_client_delivers_doorbells(module_daemon):
     send, receive = trio.open_memory_channel[dict](10)
     with trio.fail_after(20):
-        async with TrioClient.connect(daemon.socket, on_event=send.send_nowait) as client:
+        async with TrioClient.connect(module_daemon.socket, on_event=send.send_nowait) as client:
             await client.subscribe(["bells"])
             await client.enqueue("bells", "t")
             event = await receive.receive()
@@ -656,9 +660,9 @@ async def test_trio_client_delivers_doorbells(daemon):
     receive.close()
 
 
-async def test_a_cancelled_claim_gives_back_what_it_took(daemon):
+async def test_a_cancelled_claim_gives_back_what_it_took(module_daemon):
     with trio.fail_after(20):
-        async with TrioClient.connect(daemon.socket) as client:
+        async with TrioClient.connect(module_daemon.socket) as client:
             with trio.move_on_after(0.2):
                 await client.claim_next(["orphans"], wait_ms=15_000)
             assert client.outstanding == 1  # the daemon still holds the claim
@@ -670,18 +674,18 @@ async def test_a_cancelled_claim_gives_back_what_it_took(daemon):
     assert again["updated_at"] >= job["created_at"] and again["lease"] is None
 
 
-async def test_errors_leave_the_trio_client_unwrapped(daemon):
+async def test_errors_leave_the_trio_client_unwrapped(module_daemon):
     with trio.fail_after(20), pytest.raises(NotFound):
-        async with TrioClient.connect(daemon.socket) as client:
+        async with TrioClient.connect(module_daemon.socket) as client:
             await client.get("missing")
 
 
-async def test_a_frame_too_large_is_reported_as_such_not_as_a_broken_pipe(daemon):
+async def test_a_frame_too_large_is_reported_as_such_not_as_a_broken_pipe(module_daemon):
     huge = "x" * 2_000_000
-    with Client(daemon.socket) as client, pytest.raises(FrameTooLarge):
+    with Client(module_daemon.socket) as client, pytest.raises(FrameTooLarge):
         client.enqueue("q", "t", huge)
     with trio.fail_after(20), pytest.raises(FrameTooLarge):
-        async with TrioClient.connect(daemon.socket) as trio_client:
+        async with TrioClient.connect(module_daemon.socket) as trio_client:
             await trio_client.enqueue("q", "t", huge)
 
 
@@ -694,6 +698,7 @@ queues = ["reports.*"]
 """
 
 
+@pytest.mark.e2e
 async def test_a_token_says_hello_on_connect(tmp_path, monkeypatch):
     proc = DaemonProcess(tmp_path, extra_config=TOKENS, http=False)
     proc.start()
@@ -724,14 +729,14 @@ async def _wait_until(predicate: Any) -> None:
         await trio.sleep(0.01)
 
 
-async def test_worker_completes_with_the_result_and_fails_with_the_exception(daemon):
+async def test_worker_completes_with_the_result_and_fails_with_the_exception(module_daemon):
     async def handler(job: TrioJob) -> Any:
         if job.payload["n"] == 2:
             raise ValueError("bad input")
         return {"double": job.payload["n"] * 2}
 
     with trio.fail_after(30):
-        async with TrioClient.connect(daemon.socket) as client:
+        async with TrioClient.connect(module_daemon.socket) as client:
             results = await client.enqueue_many(
                 [{"queue": "w", "type": "t", "payload": {"n": n}} for n in range(4)]
             )
@@ -749,12 +754,12 @@ async def test_worker_completes_with_the_result_and_fails_with_the_exception(dae
     assert worker.statistics().running == 0
 
 
-async def test_worker_runs_plain_functions_in_threads(daemon):
+async def test_worker_runs_plain_functions_in_threads(module_daemon):
     def handler(job: TrioJob) -> str:
         return f"seen {job.payload}"
 
     with trio.fail_after(30):
-        async with TrioClient.connect(daemon.socket) as client:
+        async with TrioClient.connect(module_daemon.socket) as client:
             job = (await client.enqueue("threads", "t", "hello"))["job"]
             worker = Worker(client, ["threads"], handler)
             assert worker.threaded
@@ -765,7 +770,7 @@ async def test_worker_runs_plain_functions_in_threads(daemon):
             assert (await client.get(job["id"]))["result"] == "seen hello"
 
 
-async def test_worker_stop_lets_jobs_finish_within_grace_and_releases_the_rest(daemon):
+async def test_worker_stop_lets_jobs_finish_within_grace_and_releases_the_rest(module_daemon):
     finish_quick = trio.Event()
 
     async def handler(job: TrioJob) -> None:
@@ -775,7 +780,7 @@ async def test_worker_stop_lets_jobs_finish_within_grace_and_releases_the_rest(d
             await trio.sleep_forever()
 
     with trio.fail_after(30):
-        async with TrioClient.connect(daemon.socket) as client:
+        async with TrioClient.connect(module_daemon.socket) as client:
             quick = (await client.enqueue("g", "t", "quick"))["job"]
             stuck = (await client.enqueue("g", "t", "stuck"))["job"]
             worker = Worker(client, ["g"], handler, concurrency=2, grace=0.5)
@@ -791,7 +796,7 @@ async def test_worker_stop_lets_jobs_finish_within_grace_and_releases_the_rest(d
     assert released["status"] == "pending" and released["attempts"] == 0
 
 
-async def test_cancelling_the_worker_is_a_graceful_stop(daemon):
+async def test_cancelling_the_worker_is_a_graceful_stop(module_daemon):
     started, finish = trio.Event(), trio.Event()
 
     async def handler(job: TrioJob) -> str:
@@ -800,7 +805,7 @@ async def test_cancelling_the_worker_is_a_graceful_stop(daemon):
         return "done"
 
     with trio.fail_after(30):
-        async with TrioClient.connect(daemon.socket) as client:
+        async with TrioClient.connect(module_daemon.socket) as client:
             job = (await client.enqueue("c", "t"))["job"]
             worker = Worker(client, ["c"], handler, grace=20)
             async with trio.open_nursery() as nursery:
@@ -812,9 +817,9 @@ async def test_cancelling_the_worker_is_a_graceful_stop(daemon):
             assert (await client.get(job["id"]))["result"] == "done"
 
 
-async def test_worker_heartbeats_keep_the_lease(daemon):
+async def test_worker_heartbeats_keep_the_lease(module_daemon):
     with trio.fail_after(30):
-        async with TrioClient.connect(daemon.socket) as client:
+        async with TrioClient.connect(module_daemon.socket) as client:
 
             async def handler(job: TrioJob) -> None:
                 first = job.job["lease_expires_at"]
@@ -882,13 +887,13 @@ async def test_the_batch_completer_gathers_completions_while_a_call_is_in_flight
     assert (completer.calls, completer.completions) == (2, 3)
 
 
-async def test_a_busy_worker_completes_in_batches(daemon):
+async def test_a_busy_worker_completes_in_batches(module_daemon):
     async def handler(job: TrioJob) -> int:
         await trio.sleep(0.01)  # real time: the jobs finish close together
         return job.payload["n"]
 
     with trio.fail_after(30):
-        async with TrioClient.connect(daemon.socket) as client:
+        async with TrioClient.connect(module_daemon.socket) as client:
             results = await client.enqueue_many(
                 [{"queue": "many", "type": "t", "payload": {"n": n}} for n in range(60)]
             )

@@ -232,6 +232,7 @@ def _status_answers(daemon: ActivatedDaemon) -> dict[str, Any]:
 # -- (a) socket activation, READY, STOPPING, the watchdog ----------------------
 
 
+@pytest.mark.e2e
 def test_ready_once_the_passed_socket_serves_and_sigterm_stops(activated: ActivatedDaemon):
     activated.start()
     activated.wait_notify("READY=1")
@@ -251,6 +252,7 @@ def test_ready_once_the_passed_socket_serves_and_sigterm_stops(activated: Activa
     assert activated.socket.exists()
 
 
+@pytest.mark.e2e
 def test_requests_queued_before_start_are_served(activated: ActivatedDaemon):
     """With socket activation, a client may connect before the daemon runs."""
     early = activated.client()
@@ -265,6 +267,7 @@ def test_requests_queued_before_start_are_served(activated: ActivatedDaemon):
     assert activated.stop() == 0
 
 
+@pytest.mark.e2e
 def test_passed_socket_file_survives_a_stop_when_the_config_names_it(short_dir: Path):
     """The shipped config names /run/sluicegate/sluicegate.sock, the socket unit's path."""
     daemon = ActivatedDaemon(short_dir, socket_in_config=True)
@@ -278,6 +281,7 @@ def test_passed_socket_file_survives_a_stop_when_the_config_names_it(short_dir: 
         daemon.close()
 
 
+@pytest.mark.e2e
 def test_no_ready_when_the_daemon_cannot_serve(short_dir: Path):
     """A store that cannot be opened: the daemon exits non-zero and never says READY=1."""
     unusable = short_dir / "db-is-a-directory"
@@ -291,6 +295,7 @@ def test_no_ready_when_the_daemon_cannot_serve(short_dir: Path):
         daemon.close()
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("watchdog_pid", [None, "self"])
 def test_watchdog_pings(activated: ActivatedDaemon, watchdog_pid: str | None):
     env = {"WATCHDOG_USEC": "200000"}
@@ -306,6 +311,7 @@ def test_watchdog_pings(activated: ActivatedDaemon, watchdog_pid: str | None):
 # -- (c) SIGHUP -----------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_sighup_with_a_broken_config_keeps_serving(short_dir: Path):
     port = free_port()
     activated = ActivatedDaemon(short_dir, http=f"127.0.0.1:{port}")
@@ -356,6 +362,7 @@ def test_sighup_with_a_broken_config_keeps_serving(short_dir: Path):
 # -- MemoryDenyWriteExecute= ------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_daemon_runs_with_memory_deny_write_execute(activated: ActivatedDaemon):
     """The unit sets MemoryDenyWriteExecute=yes; the kernel's PR_SET_MDWE is the same rule.
 
@@ -408,6 +415,7 @@ def _unit_value(unit: Path, key: str) -> str:
     return values[0]
 
 
+@pytest.mark.e2e
 @needs_analyze
 def test_units_verify(tmp_path: Path):
     # The units point at /opt/sluicegate/bin/sluice, which this machine need not
@@ -435,6 +443,7 @@ def test_units_verify(tmp_path: Path):
     assert all(allowed in line for line in complaints), complaints
 
 
+@pytest.mark.e2e
 @needs_analyze
 def test_service_exposure_score_is_at_most_2(tmp_path: Path):
     result = subprocess.run(
@@ -468,6 +477,7 @@ def test_units_and_shipped_config_agree():
     assert stop_s * 1000 > config.daemon.shutdown_grace
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(
     not (shutil.which("systemd-sysusers") and shutil.which("systemd-tmpfiles")),
     reason="systemd-sysusers/systemd-tmpfiles are not installed",

@@ -16,8 +16,6 @@ from typing import Any
 
 import pytest
 
-from tests.support import DaemonProcess
-
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 AXE = Path(__file__).parent / "vendor" / "axe.min.js"
 
@@ -35,15 +33,6 @@ def browser() -> Iterator[Any]:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         yield browser
         browser.close()
-
-
-@pytest.fixture(scope="module")
-def module_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
-    """One open-mode daemon for a module's browser tests."""
-    proc = DaemonProcess(tmp_path_factory.mktemp("daemon"))
-    proc.start()
-    yield proc
-    proc.cleanup()
 
 
 @pytest.fixture(scope="session")

@@ -1,13 +1,14 @@
-"""An in-process Core on the test's clock, and a short way to call verbs."""
+"""An in-process Core on the test's clock, short ways to call verbs, and virtual instants."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import trio
+import trio.testing
 
 from actors.clock import Clock
 from daemon.config import Config
@@ -61,6 +62,29 @@ def t0(core: Core) -> float:
 async def call(core: Core, op: str, **args: Any) -> dict[str, Any]:
     """Call verb ``op`` in open mode, as a fresh connection would."""
     return await dispatch(core, core.auth.new_session(), op, args)
+
+
+async def enqueue_answer(core: Core, queue: str = "q", **args: Any) -> dict[str, Any]:
+    """``enqueue`` of one job of type ``t`` (on queue ``q`` unless named): the answer."""
+    return await call(core, "enqueue", queue=queue, type="t", **args)
+
+
+async def enqueue_job(core: Core, queue: str = "q", **args: Any) -> dict[str, Any]:
+    """``enqueue`` of one job of type ``t`` (on queue ``q`` unless named): the job."""
+    return (await enqueue_answer(core, queue, **args))["job"]
+
+
+async def claim_jobs(core: Core, queues: Sequence[str] = ("q",), **args: Any) -> list[dict]:
+    """``claim_next`` on ``queues`` (``q`` unless named): the claimed jobs."""
+    answer = await call(core, "claim_next", queues=list(queues), **args)
+    return [j["job"] for j in answer["jobs"]]
+
+
+async def sleep_to(core: Core, seconds: float) -> None:
+    """Sleep to ``t0 + seconds`` and let every task react at that instant (exactly)."""
+    await trio.sleep_until(t0(core) + seconds)
+    await trio.testing.wait_all_tasks_blocked()
+    assert trio.current_time() - t0(core) == seconds
 
 
 def job_row(core: Core, job_id: str) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from actors.errors import Refused
 from daemon.core import Core
 from daemon.store.database import open_database
-from tests.unit.harness import WALL0, call, running_core
+from tests.unit.harness import WALL0, call, claim_jobs, running_core
 
 WIF5 = {"allocation": 5, "strategy": {"type": "while_in_flight"}}
 
@@ -43,8 +43,7 @@ async def enqueue(core: Core, n: int, budgets: list[dict[str, Any]] | None,
 
 
 async def claim(core: Core, n: int = 100, queue: str = "q", **kw: Any) -> list[dict[str, Any]]:
-    out = await call(core, "claim_next", queues=[queue], max=n, **kw)
-    return [j["job"] for j in out["jobs"]]
+    return await claim_jobs(core, [queue], max=n, **kw)
 
 
 async def complete(core: Core, job: dict[str, Any]) -> None:

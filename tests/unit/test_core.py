@@ -13,24 +13,18 @@ import trio
 import trio.testing
 
 from actors.errors import Refused
-from tests.unit.harness import WALL0, call, db_counts, job_row, mem_counts, running_core, t0
-
-
-async def _enqueue(core, **args):
-    return (await call(core, "enqueue", queue=args.pop("queue", "q"), type="t", **args))["job"]
-
-
-async def _claim(core, **args):
-    answer = await call(core, "claim_next", queues=args.pop("queues", ["q"]), **args)
-    return [j["job"] for j in answer["jobs"]]
-
-
-async def _at(core, seconds: float) -> None:
-    """Sleep to ``t0 + seconds`` and let every task react at that instant."""
-    await trio.sleep_until(t0(core) + seconds)
-    await trio.testing.wait_all_tasks_blocked()
-    assert trio.current_time() - t0(core) == seconds
-
+from tests.unit.harness import (
+    WALL0,
+    call,
+    claim_jobs,
+    db_counts,
+    enqueue_job,
+    job_row,
+    mem_counts,
+    running_core,
+    sleep_to,
+    t0,
+)
 
 # -- the delay timer -----------------------------------------------------------
 
@@ -38,12 +32,12 @@ async def _at(core, seconds: float) -> None:
 async def test_delayed_job_is_claimable_at_exactly_its_ready_at(tmp_path, autojump_clock):
     with trio.fail_after(100):
         async with running_core(tmp_path, timers=False) as core:
-            job = await _enqueue(core, delay_ms=5_000)
+            job = await enqueue_job(core, delay_ms=5_000)
             assert job["status"] == "scheduled" and job["ready_at"] == WALL0 + 5_000
-            await _at(core, 4.999)
-            assert await _claim(core) == []
-            await _at(core, 5.0)
-            (claimed,) = await _claim(core)
+            await sleep_to(core, 4.999)
+            assert await claim_jobs(core) == []
+            await sleep_to(core, 5.0)
+            (claimed,) = await claim_jobs(core)
             assert claimed["id"] == job["id"] and claimed["attempts"] == 1
             assert trio.current_time() - t0(core) == 5.0
 
@@ -51,12 +45,12 @@ async def test_delayed_job_is_claimable_at_exactly_its_ready_at(tmp_path, autoju
 async def test_delay_timer_promotes_at_ready_at_without_a_claim(tmp_path, autojump_clock):
     with trio.fail_after(100):
         async with running_core(tmp_path) as core:
-            job = await _enqueue(core, delay_ms=5_000)
+            job = await enqueue_job(core, delay_ms=5_000)
             key = ("default", "q")
-            await _at(core, 4.999)
+            await sleep_to(core, 4.999)
             assert (await call(core, "get", job_id=job["id"]))["job"]["status"] == "scheduled"
             assert core.counts.get(key, "scheduled") == 1
-            await _at(core, 5.0)
+            await sleep_to(core, 5.0)
             got = (await call(core, "get", job_id=job["id"]))["job"]
             assert got["status"] == "pending"
             assert got["updated_at"] == WALL0 + 5_000
@@ -66,9 +60,9 @@ async def test_delay_timer_promotes_at_ready_at_without_a_claim(tmp_path, autoju
 async def test_a_waiting_claim_is_answered_when_the_delay_ends(tmp_path, autojump_clock):
     with trio.fail_after(100):
         async with running_core(tmp_path) as core:
-            job = await _enqueue(core, delay_ms=5_000)
+            job = await enqueue_job(core, delay_ms=5_000)
             start = trio.current_time()
-            (claimed,) = await _claim(core, wait_ms=60_000)
+            (claimed,) = await claim_jobs(core, wait_ms=60_000)
             assert claimed["id"] == job["id"]
             assert trio.current_time() - start == 5.0
 
@@ -76,26 +70,26 @@ async def test_a_waiting_claim_is_answered_when_the_delay_ends(tmp_path, autojum
 async def test_an_earlier_delay_wakes_the_timer_early(tmp_path, autojump_clock):
     with trio.fail_after(100):
         async with running_core(tmp_path) as core:
-            late = await _enqueue(core, delay_ms=60_000)
-            await _at(core, 1.0)
-            early = await _enqueue(core, delay_ms=2_000)
-            await _at(core, 2.999)
+            late = await enqueue_job(core, delay_ms=60_000)
+            await sleep_to(core, 1.0)
+            early = await enqueue_job(core, delay_ms=2_000)
+            await sleep_to(core, 2.999)
             assert job_row(core, early["id"])["state"] == "scheduled"
-            await _at(core, 3.0)
+            await sleep_to(core, 3.0)
             assert job_row(core, early["id"])["state"] == "pending"
             assert job_row(core, late["id"])["state"] == "scheduled"
-            await _at(core, 60.0)
+            await sleep_to(core, 60.0)
             assert job_row(core, late["id"])["state"] == "pending"
 
 
 async def test_ready_at_in_the_past_is_pending_at_once(tmp_path, autojump_clock):
     with trio.fail_after(100):
         async with running_core(tmp_path) as core:
-            job = await _enqueue(core, ready_at=WALL0 - 1)
+            job = await enqueue_job(core, ready_at=WALL0 - 1)
             assert job["status"] == "pending"
-            job = await _enqueue(core, ready_at=WALL0)
+            job = await enqueue_job(core, ready_at=WALL0)
             assert job["status"] == "pending"
-            job = await _enqueue(core, ready_at=WALL0 + 1_000)
+            job = await enqueue_job(core, ready_at=WALL0 + 1_000)
             assert job["status"] == "scheduled"
 
 
@@ -105,12 +99,12 @@ async def test_ready_at_in_the_past_is_pending_at_once(tmp_path, autojump_clock)
 async def test_lapsed_lease_returns_the_job_to_pending_at_its_expiry(tmp_path, autojump_clock):
     with trio.fail_after(100):
         async with running_core(tmp_path) as core:
-            job = await _enqueue(core)
-            (claimed,) = await _claim(core, lease_ms=2_000)
+            job = await enqueue_job(core)
+            (claimed,) = await claim_jobs(core, lease_ms=2_000)
             assert claimed["lease_expires_at"] == WALL0 + 2_000
-            await _at(core, 1.999)
+            await sleep_to(core, 1.999)
             assert job_row(core, job["id"])["state"] == "running"
-            await _at(core, 2.0)
+            await sleep_to(core, 2.0)
             row = job_row(core, job["id"])
             assert row == {"state": "pending", "attempts": 1, "ready_at": WALL0, "lease": None}
             got = (await call(core, "get", job_id=job["id"]))["job"]
@@ -120,14 +114,14 @@ async def test_lapsed_lease_returns_the_job_to_pending_at_its_expiry(tmp_path, a
 async def test_lapsed_lease_at_max_attempts_goes_dead(tmp_path, autojump_clock):
     with trio.fail_after(100):
         async with running_core(tmp_path) as core:
-            job = await _enqueue(core, max_attempts=2, lease_ms=2_000)
-            await _claim(core)
-            await _at(core, 2.0)
+            job = await enqueue_job(core, max_attempts=2, lease_ms=2_000)
+            await claim_jobs(core)
+            await sleep_to(core, 2.0)
             assert job_row(core, job["id"])["state"] == "pending"
-            await _claim(core)
-            await _at(core, 3.999)
+            await claim_jobs(core)
+            await sleep_to(core, 3.999)
             assert job_row(core, job["id"])["state"] == "running"
-            await _at(core, 4.0)
+            await sleep_to(core, 4.0)
             got = (await call(core, "get", job_id=job["id"]))["job"]
             assert got["status"] == "dead" and got["attempts"] == 2
             assert got["dead"] == {"at": WALL0 + 4_000, "reason": "attempts_exhausted"}
@@ -138,9 +132,9 @@ async def test_lapsed_lease_at_max_attempts_goes_dead(tmp_path, autojump_clock):
 async def test_a_waiting_claim_is_answered_when_a_lease_lapses(tmp_path, autojump_clock):
     with trio.fail_after(100):
         async with running_core(tmp_path) as core:
-            job = await _enqueue(core, lease_ms=2_000)
-            await _claim(core)
-            (again,) = await _claim(core, wait_ms=60_000)
+            job = await enqueue_job(core, lease_ms=2_000)
+            await claim_jobs(core)
+            (again,) = await claim_jobs(core, wait_ms=60_000)
             assert again["id"] == job["id"] and again["attempts"] == 2
             assert trio.current_time() - t0(core) == 2.0
 
@@ -149,12 +143,12 @@ async def test_a_claim_takes_over_a_lapsed_lease_before_the_reaper(tmp_path, aut
     with trio.fail_after(100):
         # Timers off: the reaper never runs; the claim itself must notice the lapse.
         async with running_core(tmp_path, timers=False) as core:
-            job = await _enqueue(core)
-            (first,) = await _claim(core, lease_ms=2_000)
-            await _at(core, 1.999)
-            assert await _claim(core) == []
-            await _at(core, 2.0)
-            (second,) = await _claim(core, lease_ms=2_000)
+            job = await enqueue_job(core)
+            (first,) = await claim_jobs(core, lease_ms=2_000)
+            await sleep_to(core, 1.999)
+            assert await claim_jobs(core) == []
+            await sleep_to(core, 2.0)
+            (second,) = await claim_jobs(core, lease_ms=2_000)
             assert second["id"] == job["id"]
             assert second["attempts"] == 2
             assert second["lease"] != first["lease"]
@@ -172,13 +166,13 @@ async def test_a_claim_takes_over_a_lapsed_lease_before_the_reaper(tmp_path, aut
 async def test_claim_by_id_takes_over_a_lapsed_lease(tmp_path, autojump_clock):
     with trio.fail_after(100):
         async with running_core(tmp_path, timers=False) as core:
-            job = await _enqueue(core)
-            await _claim(core, lease_ms=2_000)
+            job = await enqueue_job(core)
+            await claim_jobs(core, lease_ms=2_000)
             with pytest.raises(Refused) as info:
                 await call(core, "claim", job_id=job["id"])
             assert info.value.code == "conflict"
             assert info.value.details["job_status"] == "running"
-            await _at(core, 2.0)
+            await sleep_to(core, 2.0)
             claimed = (await call(core, "claim", job_id=job["id"]))["job"]
             assert claimed["attempts"] == 2 and claimed["status"] == "running"
 
@@ -186,9 +180,9 @@ async def test_claim_by_id_takes_over_a_lapsed_lease(tmp_path, autojump_clock):
 async def test_stale_complete_after_reaping_is_lease_lost(tmp_path, autojump_clock):
     with trio.fail_after(100):
         async with running_core(tmp_path) as core:
-            job = await _enqueue(core)
-            (claimed,) = await _claim(core, lease_ms=2_000)
-            await _at(core, 2.0)
+            job = await enqueue_job(core)
+            (claimed,) = await claim_jobs(core, lease_ms=2_000)
+            await sleep_to(core, 2.0)
             with pytest.raises(Refused) as info:
                 await call(core, "complete", job_id=job["id"], lease=claimed["lease"])
             assert info.value.code == "lease_lost"
@@ -199,27 +193,27 @@ async def test_stale_complete_after_reaping_is_lease_lost(tmp_path, autojump_clo
 async def test_heartbeat_extends_the_lease_past_the_old_expiry(tmp_path, autojump_clock):
     with trio.fail_after(100):
         async with running_core(tmp_path) as core:
-            job = await _enqueue(core)
-            (claimed,) = await _claim(core, lease_ms=2_000)
-            await _at(core, 1.5)
+            job = await enqueue_job(core)
+            (claimed,) = await claim_jobs(core, lease_ms=2_000)
+            await sleep_to(core, 1.5)
             answer = await call(core, "heartbeat", job_id=job["id"], lease=claimed["lease"],
                                 lease_ms=2_000)  # fmt: skip
             assert answer == {"lease_expires_at": WALL0 + 3_500}
-            await _at(core, 2.0)
+            await sleep_to(core, 2.0)
             assert job_row(core, job["id"])["state"] == "running"
-            await _at(core, 3.499)
+            await sleep_to(core, 3.499)
             assert job_row(core, job["id"])["state"] == "running"
-            await _at(core, 3.5)
+            await sleep_to(core, 3.5)
             assert job_row(core, job["id"])["state"] == "pending"
 
 
 async def test_heartbeat_without_lease_ms_uses_the_jobs_lease(tmp_path, autojump_clock):
     with trio.fail_after(100):
         async with running_core(tmp_path) as core:
-            job = await _enqueue(core, lease_ms=4_000)
-            (claimed,) = await _claim(core)
+            job = await enqueue_job(core, lease_ms=4_000)
+            (claimed,) = await claim_jobs(core)
             assert claimed["lease_expires_at"] == WALL0 + 4_000
-            await _at(core, 3.0)
+            await sleep_to(core, 3.0)
             answer = await call(core, "heartbeat", job_id=job["id"], lease=claimed["lease"])
             assert answer == {"lease_expires_at": WALL0 + 7_000}
 
@@ -227,11 +221,11 @@ async def test_heartbeat_without_lease_ms_uses_the_jobs_lease(tmp_path, autojump
 async def test_default_lease_comes_from_the_config(tmp_path, autojump_clock):
     with trio.fail_after(100):
         async with running_core(tmp_path) as core:
-            job = await _enqueue(core)
+            job = await enqueue_job(core)
             assert job["lease_ms"] == 60_000
-            (claimed,) = await _claim(core)
+            (claimed,) = await claim_jobs(core)
             assert claimed["lease_expires_at"] == WALL0 + 60_000
-            await _at(core, 60.0)
+            await sleep_to(core, 60.0)
             assert job_row(core, job["id"])["state"] == "pending"
 
 
@@ -242,8 +236,8 @@ async def test_counts_are_recovered_from_the_store(tmp_path, autojump_clock):
     with trio.fail_after(100):
         async with running_core(tmp_path) as core:
             for delay in (0, 0, 5_000):
-                await _enqueue(core, delay_ms=delay)
-            await _claim(core)
+                await enqueue_job(core, delay_ms=delay)
+            await claim_jobs(core)
             expected = db_counts(core)
         async with running_core(tmp_path) as again:
             assert (

@@ -21,7 +21,7 @@ from daemon.config import Config, DaemonConfig, RetentionConfig
 from daemon.store import jobs as sql
 from daemon.store import queues as queue_sql
 from daemon.store import retention as store
-from tests.unit.harness import WALL0, call, db_counts, mem_counts, running_core, t0
+from tests.unit.harness import WALL0, call, db_counts, mem_counts, running_core, sleep_to
 
 MIN = 60_000
 HOUR = 60 * MIN
@@ -68,13 +68,6 @@ def _deleted(core, namespace: str, reason: str) -> float:
         "sluicegate_retention_deleted_total", {"namespace": namespace, "reason": reason}
     )
     return value or 0.0
-
-
-async def _at(core, seconds: float) -> None:
-    """Sleep to ``t0 + seconds`` and let every task (a tick) finish at that instant."""
-    await trio.sleep_until(t0(core) + seconds)
-    await trio.testing.wait_all_tasks_blocked()
-    assert trio.current_time() - t0(core) == seconds
 
 
 async def _set_quota(core, namespace: str, quota: Quota | None, raw=None) -> None:
@@ -130,17 +123,17 @@ async def test_ttl_sweeps_by_finished_at_with_queue_ttls_overriding_defaults(
             leader = retention.leader(core, holder="a")
             async with trio.open_nursery() as nursery:
                 await nursery.start(leader.run)
-                await _at(core, 0)
+                await sleep_to(core, 0)
                 assert leader.leading and leader.ticks == 1
                 assert remaining() == everything - set(gone_now)
                 _assert_counts_match(core)
                 assert _deleted(core, "default", "ttl_completed") == 4
                 assert _deleted(core, "default", "ttl_dead") == 2
-                await _at(core, 59.999)
+                await sleep_to(core, 59.999)
                 assert at_1m in remaining()
-                await _at(core, 60)
+                await sleep_to(core, 60)
                 assert remaining() == set(live + at_5m + kept)
-                await _at(core, 300)
+                await sleep_to(core, 300)
                 assert remaining() == set(live + kept)
                 _assert_counts_match(core)
                 assert leader.ticks == 6
@@ -160,7 +153,7 @@ async def test_ttl_sweep_reads_bounded_windows_and_reaches_the_end(tmp_path, aut
             commits = core.writer.commits
             async with trio.open_nursery() as nursery:
                 await nursery.start(retention.leader(core).run)
-                await _at(core, 0)
+                await sleep_to(core, 0)
                 assert _ids(core, "default", "completed") == []
                 assert _ids(core, "default", "pending") == live
                 # lease + 20 entries read 3 per write (7 writes, the last one short)
@@ -192,17 +185,17 @@ async def test_ceilings_trim_oldest_first_in_bounded_batches_over_several_ticks(
             await _set_quota(core, "other", Quota(max_dead_rows=0))
             async with trio.open_nursery() as nursery:
                 await nursery.start(retention.leader(core).run)
-                await _at(core, 0)  # 17 -> 13 completed; 8 -> 4 dead
+                await sleep_to(core, 0)  # 17 -> 13 completed; 8 -> 4 dead
                 assert _ids(core, "ns", "completed") == completed[4:]
                 assert _ids(core, "ns", "dead") == dead[4:]
                 assert core.counts.total("ns", "completed") == 13
                 _assert_counts_match(core)
-                await _at(core, 60)  # 13 -> 9; 4 -> 3
+                await sleep_to(core, 60)  # 13 -> 9; 4 -> 3
                 assert _ids(core, "ns", "completed") == completed[8:]
                 assert _ids(core, "ns", "dead") == dead[5:]
-                await _at(core, 120)  # 9 -> 5: converged
+                await sleep_to(core, 120)  # 9 -> 5: converged
                 assert _ids(core, "ns", "completed") == completed[12:]
-                await _at(core, 180)  # nothing left to trim
+                await sleep_to(core, 180)  # nothing left to trim
                 assert _ids(core, "ns", "completed") == completed[12:]
                 assert _ids(core, "ns", "dead") == dead[5:]
                 assert _ids(core, "ns", "pending") == live
@@ -234,17 +227,17 @@ async def test_broken_quota_namespace_is_skipped_with_a_warning(tmp_path, autoju
             assert core.namespaces.get("bad").broken is not None
             async with trio.open_nursery() as nursery:
                 await nursery.start(retention.leader(core).run)
-                await _at(core, 0)
+                await sleep_to(core, 0)
                 assert len(_ids(core, "good", "dead")) == 1
                 assert _ids(core, "good", "completed") == []
                 assert len(_ids(core, "bad", "dead")) == 4  # neither ceiling nor TTL
                 assert len(_ids(core, "bad", "completed")) == 1
-                await _at(core, 60)
+                await sleep_to(core, 60)
                 warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
                 assert len(warnings) == 1  # warned once, not at every tick
                 assert "retention skips namespace 'bad'" in warnings[0].getMessage()
                 await _set_quota(core, "bad", Quota(max_dead_rows=2))  # fixed
-                await _at(core, 120)
+                await sleep_to(core, 120)
                 assert len(_ids(core, "bad", "dead")) == 2
                 assert _ids(core, "bad", "completed") == []
                 _assert_counts_match(core)
@@ -272,15 +265,15 @@ async def test_one_of_two_daemons_leads_and_the_other_takes_over(tmp_path, autoj
 
                 await nursery.start(run_first)
                 await nursery.start(second.run)
-                await _at(one, 60)
+                await sleep_to(one, 60)
                 assert first.led == 2 and second.led == 0 and second.ticks == 2
                 assert store.lease_holder(two.conn, store.RETENTION) == ("one", WALL0 + 240_000)
                 scope.cancel()  # the leader stops renewing: its lease lasts 3 ticks
                 old = WALL0 - 10 * HOUR
                 job = _insert(one, "default", "q", "completed", old, old)
-                await _at(one, 180)
+                await sleep_to(one, 180)
                 assert not second.leading and _ids(two, "default", "completed") == [job]
-                await _at(one, 240)  # the lease lapsed at 240 s: taken over then
+                await sleep_to(one, 240)  # the lease lapsed at 240 s: taken over then
                 assert second.leading and second.led == 1
                 assert _ids(two, "default", "completed") == []
                 assert two.counts.get(("default", "q"), "completed") == 0  # never negative
@@ -298,7 +291,7 @@ async def test_maintenance_false_never_sweeps_nor_leads(tmp_path, autojump_clock
             leader = retention.leader(core)
             async with trio.open_nursery() as nursery:
                 await nursery.start(leader.run)
-                await _at(core, 300)
+                await sleep_to(core, 300)
                 assert leader.ticks == 6 and leader.led == 0
                 assert _ids(core, "default", "completed") == [job]
                 assert store.lease_holder(core.conn, store.RETENTION) is None
@@ -311,10 +304,10 @@ async def test_turning_maintenance_off_releases_the_lease(tmp_path, autojump_clo
             leader = retention.leader(core, "me")
             async with trio.open_nursery() as nursery:
                 await nursery.start(leader.run)
-                await _at(core, 0)
+                await sleep_to(core, 0)
                 assert store.lease_holder(core.conn, store.RETENTION) == ("me", WALL0 + 180_000)
                 core.reload(_config(maintenance=False))
-                await _at(core, 60)
+                await sleep_to(core, 60)
                 assert not leader.leading
                 assert store.lease_holder(core.conn, store.RETENTION) is None
                 nursery.cancel_scope.cancel()

@@ -9,6 +9,10 @@ import json
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.e2e  # every test here starts a process
+
 #: The daemon's dependencies that a client must not pay for.
 HEAVY = ("pendulum", "cattrs", "cronsim", "sqlite_utils", "starlette", "hypercorn")
 

@@ -7,16 +7,16 @@ import trio
 import trio.testing
 
 from actors.errors import Refused
-from tests.unit.harness import WALL0, call, db_counts, job_row, mem_counts, running_core, t0
-
-
-async def _enqueue(core, queue="q", **args):
-    return await call(core, "enqueue", queue=queue, type="t", **args)
-
-
-async def _at(core, seconds: float) -> None:
-    await trio.sleep_until(t0(core) + seconds)
-    await trio.testing.wait_all_tasks_blocked()
+from tests.unit.harness import (
+    WALL0,
+    call,
+    db_counts,
+    enqueue_answer,
+    job_row,
+    mem_counts,
+    running_core,
+    sleep_to,
+)
 
 
 def _job_count(core) -> int:
@@ -26,7 +26,7 @@ def _job_count(core) -> int:
 async def test_enqueue_answers_the_job_object(tmp_path, autojump_clock):
     with trio.fail_after(100):
         async with running_core(tmp_path) as core:
-            answer = await _enqueue(core, payload={"n": 1}, priority=7, max_attempts=3)
+            answer = await enqueue_answer(core, payload={"n": 1}, priority=7, max_attempts=3)
             assert (answer["duplicate"], answer["folded"], answer["shed"]) == (False, False, False)
             job = answer["job"]
             assert {k: job[k] for k in ("namespace", "queue", "type", "payload", "priority",
@@ -44,19 +44,19 @@ async def test_enqueue_answers_the_job_object(tmp_path, autojump_clock):
 async def test_unique_key_returns_the_live_job_as_duplicate(tmp_path, autojump_clock):
     with trio.fail_after(100):
         async with running_core(tmp_path) as core:
-            first = await _enqueue(core, unique_key="u", payload={"v": 1})
-            again = await _enqueue(core, unique_key="u", payload={"v": 2})
+            first = await enqueue_answer(core, unique_key="u", payload={"v": 1})
+            again = await enqueue_answer(core, unique_key="u", payload={"v": 2})
             assert again["duplicate"] and not again["folded"]
             assert again["job"]["id"] == first["job"]["id"]
             assert _job_count(core) == 1
             # Another queue is another key space.
-            other = await _enqueue(core, queue="r", unique_key="u")
+            other = await enqueue_answer(core, queue="r", unique_key="u")
             assert not other["duplicate"]
             # Still a duplicate while running; a new job once it completed.
             claimed = (await call(core, "claim_next", queues=["q"]))["jobs"][0]["job"]
-            assert (await _enqueue(core, unique_key="u"))["duplicate"]
+            assert (await enqueue_answer(core, unique_key="u"))["duplicate"]
             await call(core, "complete", job_id=claimed["id"], lease=claimed["lease"])
-            fresh = await _enqueue(core, unique_key="u")
+            fresh = await enqueue_answer(core, unique_key="u")
             assert not fresh["duplicate"] and fresh["job"]["id"] != first["job"]["id"]
 
 
@@ -81,7 +81,7 @@ async def test_concurrent_unique_enqueues_land_once(tmp_path, autojump_clock):
             answers = []
 
             async def producer():
-                answers.append(await _enqueue(core, unique_key="u"))
+                answers.append(await enqueue_answer(core, unique_key="u"))
 
             async with trio.open_nursery() as nursery:
                 for _ in range(10):
@@ -94,20 +94,20 @@ async def test_concurrent_unique_enqueues_land_once(tmp_path, autojump_clock):
 async def test_debounce_folds_a_waiting_duplicate(tmp_path, autojump_clock):
     with trio.fail_after(100):
         async with running_core(tmp_path) as core:
-            first = await _enqueue(core, unique_key="u", debounce_ms=1_000, payload={"v": 1})
+            first = await enqueue_answer(core, unique_key="u", debounce_ms=1_000, payload={"v": 1})
             assert first["job"]["status"] == "scheduled"
             assert first["job"]["ready_at"] == WALL0 + 1_000
-            await _at(core, 0.5)
-            folded = await _enqueue(core, unique_key="u", debounce_ms=1_000, payload={"v": 2})
+            await sleep_to(core, 0.5)
+            folded = await enqueue_answer(core, unique_key="u", debounce_ms=1_000, payload={"v": 2})
             assert folded["folded"] and not folded["duplicate"]
             assert folded["job"]["id"] == first["job"]["id"]
             assert folded["job"]["payload"] == {"v": 2}
             assert folded["job"]["ready_at"] == WALL0 + 1_500
-            await _at(core, 1.0)
+            await sleep_to(core, 1.0)
             assert job_row(core, first["job"]["id"])["state"] == "scheduled"
-            await _at(core, 1.499)
+            await sleep_to(core, 1.499)
             assert job_row(core, first["job"]["id"])["state"] == "scheduled"
-            await _at(core, 1.5)
+            await sleep_to(core, 1.5)
             assert job_row(core, first["job"]["id"])["state"] == "pending"
             got = (await call(core, "get", job_id=first["job"]["id"]))["job"]
             assert got["payload"] == {"v": 2}
@@ -118,22 +118,22 @@ async def test_debounce_folds_a_waiting_duplicate(tmp_path, autojump_clock):
 async def test_debounce_folds_a_pending_job_back_to_scheduled(tmp_path, autojump_clock):
     with trio.fail_after(100):
         async with running_core(tmp_path) as core:
-            first = await _enqueue(core, unique_key="u")
+            first = await enqueue_answer(core, unique_key="u")
             assert first["job"]["status"] == "pending"
-            folded = await _enqueue(core, unique_key="u", debounce_ms=2_000, payload={"v": 3})
+            folded = await enqueue_answer(core, unique_key="u", debounce_ms=2_000, payload={"v": 3})
             assert folded["folded"] and folded["job"]["status"] == "scheduled"
             assert core.counts.queue(("default", "q"))["scheduled"] == 1
             assert core.counts.queue(("default", "q"))["pending"] == 0
-            await _at(core, 2.0)
+            await sleep_to(core, 2.0)
             assert job_row(core, first["job"]["id"])["state"] == "pending"
 
 
 async def test_debounce_does_not_fold_a_running_job(tmp_path, autojump_clock):
     with trio.fail_after(100):
         async with running_core(tmp_path) as core:
-            first = await _enqueue(core, unique_key="u")
+            first = await enqueue_answer(core, unique_key="u")
             await call(core, "claim_next", queues=["q"])
-            again = await _enqueue(core, unique_key="u", debounce_ms=1_000, payload={"v": 9})
+            again = await enqueue_answer(core, unique_key="u", debounce_ms=1_000, payload={"v": 9})
             assert again["duplicate"] and not again["folded"]
             assert again["job"]["id"] == first["job"]["id"]
             assert again["job"]["status"] == "running"
@@ -145,8 +145,8 @@ async def test_a_duplicate_answers_the_stored_job_object(tmp_path, autojump_cloc
     # The stored job, not this call's payload (a duplicate writes nothing).
     with trio.fail_after(100):
         async with running_core(tmp_path) as core:
-            first = await _enqueue(core, unique_key="u", payload={"v": 1})
-            again = await _enqueue(core, unique_key="u", payload={"v": 2})
+            first = await enqueue_answer(core, unique_key="u", payload={"v": 1})
+            again = await enqueue_answer(core, unique_key="u", payload={"v": 2})
             assert again["duplicate"]
             assert again["job"] == (await call(core, "get", job_id=first["job"]["id"]))["job"]
             assert again["job"]["payload"] == {"v": 1}
@@ -199,7 +199,7 @@ async def test_enqueue_while_draining_is_refused(tmp_path, autojump_clock):
         async with running_core(tmp_path) as core:
             core.drain()
             with pytest.raises(Refused) as info:
-                await _enqueue(core)
+                await enqueue_answer(core)
             assert info.value.code == "shutting_down"
             assert _job_count(core) == 0
 
@@ -209,8 +209,8 @@ async def test_ids_sort_by_creation(tmp_path, autojump_clock):
         async with running_core(tmp_path) as core:
             ids = []
             for _ in range(5):
-                ids.append((await _enqueue(core))["job"]["id"])
-                ids.append((await _enqueue(core))["job"]["id"])
+                ids.append((await enqueue_answer(core))["job"]["id"])
+                ids.append((await enqueue_answer(core))["job"]["id"])
                 await trio.sleep(0.001)
             assert ids == sorted(ids) and len(set(ids)) == 10
 
