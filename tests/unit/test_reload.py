@@ -207,7 +207,7 @@ async def test_the_watcher_runs_its_checks_every_period_before_the_reload(autoju
         async with trio.open_nursery() as nursery:
             t0 = trio.current_time()
             await nursery.start(watcher.run)
-            await trio.sleep(5)
+            await trio.sleep(5)  # virtual time (autojump_clock)
             nursery.cancel_scope.cancel()
     assert [(what, at - t0) for what, at in order] == [
         ("check", 2.0), ("reload", 2.0), ("check", 4.0), ("reload", 4.0),

@@ -175,7 +175,7 @@ async def test_a_failing_store_is_probed_with_backoff_only_while_failing(
     with trio.fail_after(4000):
         async with trio.open_nursery() as nursery:
             await nursery.start(writer.run)
-            await trio.sleep(60)
+            await trio.sleep(60)  # virtual time (autojump_clock)
             assert probes == []  # no task wakes while the store is well
             _fill(db.conn)
             with pytest.raises(Refused) as refused:
@@ -199,7 +199,7 @@ async def test_a_failing_store_is_probed_with_backoff_only_while_failing(
                 PROBE_FIRST * 3,
                 PROBE_FIRST * 7,
             ]
-            await trio.sleep(3600)
+            await trio.sleep(3600)  # virtual time (autojump_clock)
             assert len(probes) == 3  # well again: no more probes
             assert writer._probe_delay == PROBE_FIRST and PROBE_MAX >= 8 * PROBE_FIRST
             nursery.cancel_scope.cancel()
