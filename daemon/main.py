@@ -36,7 +36,6 @@ import trio
 from actors.clock import Clock
 from actors.errors import Refused
 from daemon import systemd
-from daemon.admission import quotas
 from daemon.config import Config, ConfigError, DaemonConfig, PeriodicConfig, load_config
 from daemon.config_watch import ConfigFileWatch
 from daemon.core import Core
@@ -219,7 +218,7 @@ class Daemon:
             return
         for what, write in (
             ("budgets", provision(core, self.config.budget_specs)),
-            ("quotas", quotas.provision(core)),
+            ("quotas", core.quotas.provision()),
             ("policies", policy_provision.provision(core)),
         ):
             try:

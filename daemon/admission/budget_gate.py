@@ -29,12 +29,14 @@ import orjson
 
 from actors import lifecycle as lc
 from actors.budgets import Budget, Budgets
+from actors.clock import Clock
 from actors.due import Due, DueActor
 from actors.errors import Refused
-from daemon.store.interface import JobRow, Tx
+from daemon.admission.doorbell import Doorbell
+from daemon.store.interface import Committer, JobRow, Store, Tx
 
 if TYPE_CHECKING:
-    from daemon.core import Core
+    from daemon.metrics import Metrics
 
 log = logging.getLogger("sluicegate.budgets")
 
@@ -77,21 +79,26 @@ def cost_for(text: str | None, key: str) -> int:
 class BudgetGate:
     """The budgets' side of enqueue, claim and finishing, for one daemon."""
 
-    def __init__(self, core: Core) -> None:
-        self._core = core
+    def __init__(
+        self, *, budgets: Budgets, clock: Clock, store: Store, committer: Committer,
+        running: dict[str, JobRow], metrics: Metrics, doorbell: Doorbell,
+    ) -> None:  # fmt: skip
+        self.budgets = budgets
+        self._clock = clock
+        self._store = store
+        #: Running jobs' rows (the transition step's map): leases for hints.
+        self._running = running
+        self._metrics = metrics
+        self._doorbell = doorbell
         #: (namespace, queue) -> {budget key: jobs parked}.
         self.parked_by_queue: dict[QueueKey, dict[str, int]] = {}
         #: Budgets with parked jobs: what the waker looks at.
         self.waiting: set[QueueKey] = set()
         self.waker = DueActor(
-            core.clock, Due(self.earliest, lambda _now: core.writer.write(self.release_due))
+            clock, Due(self.earliest, lambda _now: committer.write(self.release_due))
         )
         #: Set by a claim that parked its limit of jobs: there may be more.
         self.parks_left = PARK_PER_CLAIM
-
-    @property
-    def budgets(self) -> Budgets:
-        return self._core.budgets
 
     def _resolve(self, namespace: str, text: str | None) -> list[tuple[Budget, int]]:
         out = []
@@ -107,7 +114,7 @@ class BudgetGate:
 
     def recover(self) -> None:
         """Rebuild parked counts, bound costs and in-flight costs from the store."""
-        jobs = self._core.store.jobs
+        jobs = self._store.jobs
         self.parked_by_queue.clear()
         self.waiting.clear()
         for budget in self.budgets.values():
@@ -201,7 +208,7 @@ class BudgetGate:
         for budget, cost in resolved:
             tx.undo(budget.debit(job_id, cost, now))
             _save_pool(tx, budget)
-        metrics = self._core.metrics
+        metrics = self._metrics
         tx.after(lambda: [metrics.budget_debited(b.key, c) for b, c in resolved])
         return None
 
@@ -313,15 +320,15 @@ class BudgetGate:
     def _wake(self, budget: Budget) -> None:
         """Something changed a budget's tokens or queue: tell the waker when to look."""
         if budget.parked > 0:
-            at = budget.next_release_at(self._core.clock.now_ms())
+            at = budget.next_release_at(self._clock.now_ms())
             if at is not None:
                 self.waker.note(at)
             elif budget.head_cost is None:
-                self.waker.note(self._core.clock.now_ms())  # find the head, then decide
+                self.waker.note(self._clock.now_ms())  # find the head, then decide
 
     def earliest(self) -> int | None:
         """The first instant some budget can release its oldest parked job."""
-        now = self._core.clock.now_ms()
+        now = self._clock.now_ms()
         best: int | None = None
         for key in list(self.waiting):
             budget = self.budgets.get(key)
@@ -329,7 +336,7 @@ class BudgetGate:
                 self.waiting.discard(key)
                 continue
             if budget.head_cost is None:
-                oldest = self._core.store.jobs.parked_oldest(key[0], key[1], 1)
+                oldest = self._store.jobs.parked_oldest(key[0], key[1], 1)
                 budget.head_is(cost_for(oldest[0][2], key[1]) if oldest else 1)
             at = budget.next_release_at(now)
             if at is not None and (best is None or at < best):
@@ -379,8 +386,8 @@ class BudgetGate:
             per_queue[queue] = per_queue.get(queue, 0) + 1
         tx.undo(budget.reserve([(job_id, cost) for job_id, _q, cost in released]))
         budget.head_is(head)
-        namespace, core = budget.namespace, self._core
-        tx.after(lambda: [core.released((namespace, q), n) for q, n in per_queue.items()])
+        namespace, ring = budget.namespace, self._doorbell.ring
+        tx.after(lambda: [ring((namespace, q), n) for q, n in per_queue.items()])
 
     # -- what is held back, for answers ------------------------------------------
 
@@ -423,7 +430,7 @@ class BudgetGate:
             return (at, at is not None)
         if budget.pool.can_debit(need, now_ms):
             return (now_ms, False)
-        running = self._core.running
+        running = self._running
         expiries = [running[i].lease_expires_at for i in budget.holders if i in running]
         return (min(expiries, default=None), False)
 

@@ -23,13 +23,16 @@ import orjson
 
 from actors import lifecycle as lc
 from actors.budget import TokenPool
+from actors.clock import Clock
+from actors.counts import QueueCounts
 from actors.due import Due, DueActor
 from actors.errors import Refused
 from actors.policy import Policy, PolicyState, Status, parse_policy
-from daemon.store.interface import JobRow, Tx
+from daemon.admission.doorbell import Doorbell
+from daemon.store.interface import JobRow, Store, Tx
 
 if TYPE_CHECKING:
-    from daemon.core import Core
+    from daemon.metrics import Metrics
 
 log = logging.getLogger("sluicegate.policies")
 QueueKey = tuple[str, str]
@@ -38,10 +41,19 @@ QueueKey = tuple[str, str]
 class Policies:
     """Every queue policy of the daemon."""
 
-    def __init__(self, core: Core) -> None:
-        self._core = core
+    def __init__(
+        self, *, clock: Clock, counts: QueueCounts, store: Store, metrics: Metrics,
+        running: dict[str, JobRow], doorbell: Doorbell,
+    ) -> None:  # fmt: skip
+        self._clock = clock
+        self._counts = counts
+        self._store = store
+        self._metrics = metrics
+        #: Running jobs' rows (the transition step's map): leases for hints.
+        self._running = running
+        self._doorbell = doorbell
         self.states: dict[QueueKey, PolicyState] = {}
-        self.reopener = DueActor(core.clock, Due(self.earliest, self.reopen_due))
+        self.reopener = DueActor(clock, Due(self.earliest, self.reopen_due))
         #: Policy writes per (namespace, token): a token bucket each.
         self.write_limits: dict[tuple[str, str], TokenPool] = {}
 
@@ -49,7 +61,7 @@ class Policies:
 
     def load(self) -> None:
         """Read every stored policy (start-up); a bad one fails its queue closed."""
-        policies, now = self._core.store.policies, self._core.clock.now_ms()
+        policies, now = self._store.policies, self._clock.now_ms()
         self.states = {}
         for row in policies.all_policies():
             namespace, queue, text, created, updated, created_by, updated_by, source = row
@@ -144,7 +156,7 @@ class Policies:
 
     def running(self, key: QueueKey) -> int:
         """Committed jobs in flight in a queue (a lapsed, unreaped lease included)."""
-        return self._core.counts.get(key, lc.RUNNING)
+        return self._counts.get(key, lc.RUNNING)
 
     def rooms(self, namespace: str, queues: Iterable[str], now_ms: int) -> dict[str, int]:
         """How many claims each policy queue of ``queues`` admits now (only those
@@ -181,11 +193,11 @@ class Policies:
         """A claim found the policy queue ``key`` deferred with pending work (metrics)."""
         status = self.status(key)
         if status is not None and status.reason is not None:
-            self._core.metrics.admission_refused(key[1], status.reason)
+            self._metrics.admission_refused(key[1], status.reason)
 
     def _settled(self, state: PolicyState, n: int) -> None:
         state.committed(n)
-        self._core.metrics.admission_charged(state.queue, n)
+        self._metrics.admission_charged(state.queue, n)
         self.refresh(state.key)
 
     def left_running(self, tx: Tx, key: QueueKey) -> None:
@@ -204,7 +216,7 @@ class Policies:
         state = self.states.get(key)
         if state is None:
             return None
-        now = self._core.clock.now_ms() if now_ms is None else now_ms
+        now = self._clock.now_ms() if now_ms is None else now_ms
         return state.status(self.running(key), now, lambda: self._lease_hint(key))
 
     def deferred_now(self, key: QueueKey) -> bool:
@@ -212,10 +224,15 @@ class Policies:
         status = self.status(key)
         return status is not None and status.state == "deferred"
 
+    def holds(self, key: QueueKey) -> bool:
+        """Whether the queue's policy holds its jobs back now (one lookup without one):
+        the doorbell's test."""
+        return key in self.states and self.deferred_now(key)
+
     def _lease_hint(self, key: QueueKey) -> int | None:
         """The earliest lease expiry of the queue's running jobs (a hint: in_flight_full)."""
         expiries = [
-            row.lease_expires_at for row in self._core.running.values()
+            row.lease_expires_at for row in self._running.values()
             if row.queue == key[1] and row.namespace == key[0]
         ]  # fmt: skip
         return min(expiries, default=None)
@@ -243,10 +260,7 @@ class Policies:
             self._ring_reopened(key)
 
     def _ring_reopened(self, key: QueueKey) -> None:
-        core = self._core
-        n = core.claimable(key)
-        if n > 0:
-            core.router.ring(key, n, pending=n, edge=True)
+        self._doorbell.reopened(key)
 
     def earliest(self) -> int | None:
         """The next boundary of an exhausted window (the reopen timer's target); it
@@ -257,7 +271,7 @@ class Policies:
     async def reopen_due(self, _now_ms: int) -> None:
         """A boundary passed: every queue whose new window admits rings once (the
         reopen timer's work)."""
-        now = self._core.clock.now_ms()
+        now = self._clock.now_ms()
         for key, state in list(self.states.items()):
             if state.reopen_at is not None and state.reopen_at <= now:
                 self.refresh(key)
@@ -270,7 +284,7 @@ class Policies:
             status = self.status(key)
             if status is None or status.state != "deferred":
                 continue
-            pending = self._core.counts.get(key, lc.PENDING)
+            pending = self._counts.get(key, lc.PENDING)
             if pending > 0:
                 out.append({"queue": queue, "pending": pending, **status.to_dict()})
                 del out[-1]["state"]

@@ -18,18 +18,22 @@ removed at the next reload or start, even one that did not decode, and
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from actors import lifecycle as lc
+from actors.clock import Clock
+from actors.counts import QueueCounts
 from actors.errors import Refused
-from actors.namespace import NamespaceActor
+from actors.namespace import NamespaceActor, Namespaces
 from actors.quota import Quota, parse_quota
-from daemon.store.interface import SettingsStore, Tx, namespace_of, quota_key
+from daemon.admission.doorbell import Doorbell
+from daemon.store.interface import SettingsStore, Store, Tx, namespace_of, quota_key
 
 if TYPE_CHECKING:
-    from daemon.core import Core
+    from daemon.metrics import Metrics
 
 log = logging.getLogger("sluicegate.quotas")
 
@@ -41,22 +45,6 @@ def decode(text: str) -> Quota:
     except orjson.JSONDecodeError as exc:
         raise Refused("invalid_argument", f"not JSON: {exc}", field="quota") from None
     return parse_quota(doc)
-
-
-def reload(core: Core) -> None:
-    """Read every stored quota document into the namespace actors."""
-    now = core.clock.now_ms()
-    seen: set[str] = set()
-    for key, text in core.store.settings.quotas():
-        namespace = namespace_of(key)
-        if namespace is None:
-            continue
-        seen.add(namespace)
-        apply(core.namespaces.get(namespace), text, now)
-    for actor in core.namespaces.known():
-        if actor.namespace not in seen and (actor.quota is not None or actor.broken):
-            actor.set_quota(None, now)
-            log.info("quota of namespace %r cleared", actor.namespace)
 
 
 def apply(actor: NamespaceActor, text: str | None, now_ms: int) -> None:
@@ -86,32 +74,6 @@ def stored(settings: SettingsStore, namespace: str) -> tuple[Any, str | None]:
         return None, exc.message
 
 
-def write(core: Core, tx: Tx, actor: str, namespace: str, quota: Quota | None, raw: Any = None
-          ) -> None:  # fmt: skip
-    """Store (or clear, with None) a namespace's document, audited; applied at commit.
-
-    ``raw`` stores a config table that does not decode as it is, so the
-    namespace fails closed exactly as a bad stored document does.
-    """
-    key = quota_key(namespace)
-    before, _error = stored(tx.store.settings, namespace)
-    if quota is None and raw is None:
-        tx.store.settings.delete(key)
-        text = None
-        after = None
-    else:
-        after = quota.to_dict() if quota is not None else raw
-        text = orjson.dumps(after).decode()
-        tx.store.settings.put(key, text, tx.now_ms)
-    tx.store.audit.record(
-        at=tx.now_ms, actor=actor, namespace=namespace, target_kind="namespace",
-        target=namespace, action="clear" if text is None else "set", before=before, after=after,
-    )  # fmt: skip
-    ns = core.namespaces.get(namespace)
-    tx.after(lambda: apply(ns, text, core.clock.now_ms()))
-    tx.after(lambda: core.quota_changed(namespace))
-
-
 #: The settings key listing the namespaces whose documents the config file wrote
 #: (inside the reserved ``quota:`` prefix; not a namespace's key).
 PROVISIONED = "quota:provisioned"
@@ -123,116 +85,171 @@ def provisioned(settings: SettingsStore) -> set[str]:
     return set(orjson.loads(text)) if text else set()
 
 
-def provision(core: Core) -> Any:
-    """The write that makes the config file's ``[quotas.<ns>]`` tables true in the
-    store: each table stored (as it is when it does not decode), and the document of
-    a table that left the file removed."""
-    tables = core.config.quota_tables
-
-    def write_all(tx: Tx) -> None:
-        before = provisioned(tx.store.settings)
-        for namespace in sorted(before - tables.keys()):
-            if tx.store.settings.get(quota_key(namespace)) is not None:
-                write(core, tx, "config", namespace, None)
-        for namespace, (quota, raw) in tables.items():
-            text = tx.store.settings.get(quota_key(namespace))
-            wanted = orjson.dumps(quota.to_dict() if quota is not None else raw).decode()
-            if text != wanted:
-                write(core, tx, "config", namespace, quota, raw)
-        if before != tables.keys():
-            if tables:
-                tx.store.settings.put(PROVISIONED, orjson.dumps(sorted(tables)).decode(),
-                                      tx.now_ms)  # fmt: skip
-            else:
-                tx.store.settings.delete(PROVISIONED)
-
-    return write_all
-
-
 # -- the checks --------------------------------------------------------------------
 
 
-def admit(core: Core, tx: Tx, namespace: str, n: int, queue: str) -> tuple[int, str | None]:
-    """Enqueue admission of ``n`` jobs of one call: how many are written live (the
-    first ones) and why the rest are shed. ``reject`` refuses the whole call.
+class Quotas:
+    """The namespaces' quotas: their documents, and the checks of enqueue and claim."""
 
-    Counts this transaction's earlier admissions too, so two calls of one group
-    commit cannot both take the last room: within one daemon ``max_pending``
-    never overshoots (seed 000's "count, then insert" overshoot is across
-    daemons sharing a database).
-    """
-    actor = core.namespaces.get(namespace)
-    quota = actor.quota
-    if actor.broken is None and (
-        quota is None or (quota.max_pending is None and quota.enqueue_rate is None)
-    ):
-        return n, None  # nothing to count against (door limits are the door's)
-    try:
-        admitted, undo = actor.admit(n, pending_now(core, namespace), queue, tx.now_ms)
-    except Refused as exc:
-        core.metrics.quota_refused(namespace, exc.code)
-        raise
-    tx.undo(undo)
-    tx.after(lambda: actor.committed_pending(admitted.live))
-    if admitted.shed_reason is not None:
-        shed = n - admitted.live
-        tx.after(lambda: core.metrics.quota_shed(namespace, admitted.shed_reason or "", shed))
-    return admitted.live, admitted.shed_reason
+    def __init__(
+        self, *, namespaces: Namespaces, counts: QueueCounts, clock: Clock, store: Store,
+        metrics: Metrics, config: Callable[[], Any], doorbell: Doorbell,
+        lease_hint: Callable[[], int | None],
+    ) -> None:  # fmt: skip
+        self._namespaces = namespaces
+        self._counts = counts
+        self._clock = clock
+        self._store = store
+        self._metrics = metrics
+        #: The running config (``quota_tables``); replaced at each reload.
+        self._config = config
+        self._doorbell = doorbell
+        #: The earliest lease expiry (``running_full``'s hint).
+        self._lease_hint = lease_hint
 
+    def reload(self) -> None:
+        """Read every stored quota document into the namespace actors."""
+        now = self._clock.now_ms()
+        seen: set[str] = set()
+        for key, text in self._store.settings.quotas():
+            namespace = namespace_of(key)
+            if namespace is None:
+                continue
+            seen.add(namespace)
+            apply(self._namespaces.get(namespace), text, now)
+        for actor in self._namespaces.known():
+            if actor.namespace not in seen and (actor.quota is not None or actor.broken):
+                actor.set_quota(None, now)
+                log.info("quota of namespace %r cleared", actor.namespace)
 
-def limit_text(core: Core, namespace: str, limit: str) -> str:
-    """``max_pending 10000`` or ``enqueue_rate 500/s``: a limit and its value."""
-    quota = core.namespaces.find(namespace).quota
-    return f"{limit} {getattr(quota, limit, '')}"
+    def write(self, tx: Tx, actor: str, namespace: str, quota: Quota | None,
+              raw: Any = None) -> None:  # fmt: skip
+        """Store (or clear, with None) a namespace's document, audited; applied at commit.
 
+        ``raw`` stores a config table that does not decode as it is, so the
+        namespace fails closed exactly as a bad stored document does.
+        """
+        key = quota_key(namespace)
+        before, _error = stored(tx.store.settings, namespace)
+        if quota is None and raw is None:
+            tx.store.settings.delete(key)
+            text = None
+            after = None
+        else:
+            after = quota.to_dict() if quota is not None else raw
+            text = orjson.dumps(after).decode()
+            tx.store.settings.put(key, text, tx.now_ms)
+        tx.store.audit.record(
+            at=tx.now_ms, actor=actor, namespace=namespace, target_kind="namespace",
+            target=namespace, action="clear" if text is None else "set", before=before, after=after,
+        )  # fmt: skip
+        ns = self._namespaces.get(namespace)
+        tx.after(lambda: apply(ns, text, self._clock.now_ms()))
+        tx.after(lambda: self._doorbell.wake_namespace(namespace))
 
-def pending_now(core: Core, namespace: str) -> int:
-    """The namespace's scheduled and pending jobs (what ``max_pending`` counts)."""
-    return core.counts.total(namespace, lc.SCHEDULED) + core.counts.total(namespace, lc.PENDING)
+    def provision(self) -> Any:
+        """The write that makes the config file's ``[quotas.<ns>]`` tables true in the
+        store: each table stored (as it is when it does not decode), and the document of
+        a table that left the file removed."""
+        tables = self._config().quota_tables
 
+        def write_all(tx: Tx) -> None:
+            before = provisioned(tx.store.settings)
+            for namespace in sorted(before - tables.keys()):
+                if tx.store.settings.get(quota_key(namespace)) is not None:
+                    self.write(tx, "config", namespace, None)
+            for namespace, (quota, raw) in tables.items():
+                text = tx.store.settings.get(quota_key(namespace))
+                wanted = orjson.dumps(quota.to_dict() if quota is not None else raw).decode()
+                if text != wanted:
+                    self.write(tx, "config", namespace, quota, raw)
+            if before != tables.keys():
+                if tables:
+                    tx.store.settings.put(PROVISIONED, orjson.dumps(sorted(tables)).decode(),
+                                          tx.now_ms)  # fmt: skip
+                else:
+                    tx.store.settings.delete(PROVISIONED)
 
-def claim_room(core: Core, namespace: str, want: int) -> int:
-    """How many jobs a claim in ``namespace`` may take now (at most ``want``).
+        return write_all
 
-    0 under a hold (:func:`hold`); with ``max_running``, what is left of it
-    beside what runs, counting the claims of this transaction not yet
-    committed (:func:`claimed`).
-    """
-    actor = core.namespaces.find(namespace)
-    if actor.broken is not None:
-        return 0
-    room = actor.running_room(core.counts.total(namespace, lc.RUNNING))
-    return want if room is None else min(want, room)
+    def admit(self, tx: Tx, namespace: str, n: int, queue: str) -> tuple[int, str | None]:
+        """Enqueue admission of ``n`` jobs of one call: how many are written live (the
+        first ones) and why the rest are shed. ``reject`` refuses the whole call.
 
+        Counts this transaction's earlier admissions too, so two calls of one group
+        commit cannot both take the last room: within one daemon ``max_pending``
+        never overshoots (seed 000's "count, then insert" overshoot is across
+        daemons sharing a database).
+        """
+        actor = self._namespaces.get(namespace)
+        quota = actor.quota
+        if actor.broken is None and (
+            quota is None or (quota.max_pending is None and quota.enqueue_rate is None)
+        ):
+            return n, None  # nothing to count against (door limits are the door's)
+        try:
+            admitted, undo = actor.admit(n, self.pending_now(namespace), queue, tx.now_ms)
+        except Refused as exc:
+            self._metrics.quota_refused(namespace, exc.code)
+            raise
+        tx.undo(undo)
+        tx.after(lambda: actor.committed_pending(admitted.live))
+        if admitted.shed_reason is not None:
+            shed = n - admitted.live
+            tx.after(lambda: self._metrics.quota_shed(namespace, admitted.shed_reason or "", shed))
+        return admitted.live, admitted.shed_reason
 
-def hold(core: Core, namespace: str) -> str | None:
-    """Why no job of ``namespace`` may start now: ``quota_unavailable``,
-    ``running_full``, or None."""
-    actor = core.namespaces.find(namespace)
-    if actor.broken is not None:
-        return "quota_unavailable"
-    if actor.running_room(core.counts.total(namespace, lc.RUNNING)) == 0:
-        return "running_full"
-    return None
+    def limit_text(self, namespace: str, limit: str) -> str:
+        """``max_pending 10000`` or ``enqueue_rate 500/s``: a limit and its value."""
+        quota = self._namespaces.find(namespace).quota
+        return f"{limit} {getattr(quota, limit, '')}"
 
+    def pending_now(self, namespace: str) -> int:
+        """The namespace's scheduled and pending jobs (what ``max_pending`` counts)."""
+        return self._counts.total(namespace, lc.SCHEDULED) + self._counts.total(
+            namespace, lc.PENDING
+        )
 
-def claimed(core: Core, tx: Tx, namespace: str, n: int) -> None:
-    """``n`` jobs of ``namespace`` were claimed in ``tx`` (only where ``max_running`` is set)."""
-    actor = core.namespaces.find(namespace)  # max_running set: the actor exists
-    if n and actor.quota is not None and actor.quota.max_running is not None:
-        tx.undo(actor.claiming(n))
-        tx.after(lambda: actor.committed_running(n))
+    def claim_room(self, namespace: str, want: int) -> int:
+        """How many jobs a claim in ``namespace`` may take now (at most ``want``).
 
+        0 under a hold (:meth:`hold`); with ``max_running``, what is left of it
+        beside what runs, counting the claims of this transaction not yet
+        committed (:meth:`claimed`).
+        """
+        actor = self._namespaces.find(namespace)
+        if actor.broken is not None:
+            return 0
+        room = actor.running_room(self._counts.total(namespace, lc.RUNNING))
+        return want if room is None else min(want, room)
 
-def held_back(core: Core, namespace: str, reason: str, queues: list[str]) -> list[dict[str, Any]]:
-    """``claim_next``'s ``deferred`` entries for a namespace-wide hold (``running_full``,
-    ``quota_unavailable``): every asked queue with claimable jobs."""
-    out = []
-    for queue in queues:
-        pending = core.claimable((namespace, queue))
-        if pending <= 0:
-            continue
-        at = core.reaper.target if reason == "running_full" else None
-        out.append({"queue": queue, "reason": reason, "pending": pending,
-                    "next_eligible_at": at, "exact": False})  # fmt: skip
-    return out
+    def hold(self, namespace: str) -> str | None:
+        """Why no job of ``namespace`` may start now: ``quota_unavailable``,
+        ``running_full``, or None."""
+        actor = self._namespaces.find(namespace)
+        if actor.broken is not None:
+            return "quota_unavailable"
+        if actor.running_room(self._counts.total(namespace, lc.RUNNING)) == 0:
+            return "running_full"
+        return None
+
+    def claimed(self, tx: Tx, namespace: str, n: int) -> None:
+        """``n`` jobs of ``namespace`` were claimed in ``tx`` (counted only where
+        ``max_running`` is set)."""
+        actor = self._namespaces.find(namespace)  # max_running set: the actor exists
+        if n and actor.quota is not None and actor.quota.max_running is not None:
+            tx.undo(actor.claiming(n))
+            tx.after(lambda: actor.committed_running(n))
+
+    def held_back(self, namespace: str, reason: str, queues: list[str]) -> list[dict[str, Any]]:
+        """``claim_next``'s ``deferred`` entries for a namespace-wide hold (``running_full``,
+        ``quota_unavailable``): every asked queue with claimable jobs."""
+        out = []
+        for queue in queues:
+            pending = self._doorbell.claimable((namespace, queue))
+            if pending <= 0:
+                continue
+            at = self._lease_hint() if reason == "running_full" else None
+            out.append({"queue": queue, "reason": reason, "pending": pending,
+                        "next_eligible_at": at, "exact": False})  # fmt: skip
+        return out

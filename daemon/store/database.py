@@ -177,6 +177,7 @@ class GroupCommit:
         self._conn = conn
         #: The store its writes' transactions see (``tx.store``).
         self.store = SqliteStore(conn)
+        self._journal = self.store.jobs
         #: Failing after a store error, ok again after a commit that wrote.
         self.health = health if health is not None else StoreHealth()
         self._probe_delay = PROBE_FIRST
@@ -317,7 +318,7 @@ class GroupCommit:
                 item = writes[index]
                 index += 1
                 item.error = item.tx = None
-                tx = Tx(self.store, now)
+                tx = self._journal.tx = Tx(self.store, now)
                 if careful:
                     conn.execute("SAVEPOINT w")
                 changes = conn.total_changes
@@ -333,6 +334,7 @@ class GroupCommit:
                         conn.execute("ROLLBACK TO w")
                         conn.execute("RELEASE w")
                     elif conn.total_changes != changes:
+                        self._journal.tx = None
                         conn.execute("ROLLBACK")
                         _rolled_back(writes)
                         return False
@@ -341,10 +343,12 @@ class GroupCommit:
                     item.tx = tx
                     if careful:
                         conn.execute("RELEASE w")
+            self._journal.tx = None
             for pending in self.pending:
                 pending.flush(self.store)
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
+            self._journal.tx = None
             _rollback(conn)
             _rolled_back(writes)
             self._fail_all(writes, exc)

@@ -211,9 +211,9 @@ class JobStore(Protocol):
     def replay(self, before: JobRow, now: int) -> JobRow:
         """A dead letter back to pending: attempts 0, no error, no dead record."""
 
-    def promote_due(self, now: int, batch: int = 1000) -> list[tuple[str, str]]:
+    def promote_due(self, now: int, batch: int = 1000) -> list[JobRow]:
         """Scheduled jobs whose ``ready_at`` is at or before ``now`` become
-        pending; (namespace, queue) of each."""
+        pending; their rows after."""
 
     def lapsed(self, now: int, batch: int = 1000) -> list[JobRow]:
         """Running jobs whose lease expired at or before ``now`` (for the reaper)."""

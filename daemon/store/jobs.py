@@ -401,13 +401,13 @@ def _state_is(states: Sequence[str]) -> str:
 _PROMOTE = (
     f"UPDATE jobs SET state = '{lc.PENDING}', updated_at = ? WHERE id IN "
     f"(SELECT id FROM jobs WHERE {_state_is(lc.sources('promote', lc.PENDING))} "
-    "AND ready_at <= ? LIMIT ?) RETURNING namespace, queue"
+    f"AND ready_at <= ? LIMIT ?) RETURNING {COLS}"
 )
 
 
-def promote_due(conn: sqlite3.Connection, now: int, batch: int = 1000) -> list[tuple[str, str]]:
-    """Scheduled jobs whose ``ready_at`` has come become pending; returns (ns, queue)."""
-    return conn.execute(_PROMOTE, (now, now, batch)).fetchall()
+def promote_due(conn: sqlite3.Connection, now: int, batch: int = 1000) -> list[Row]:
+    """Scheduled jobs whose ``ready_at`` has come become pending; their rows after."""
+    return list(map(as_row, conn.execute(_PROMOTE, (now, now, batch))))
 
 
 def lapsed(conn: sqlite3.Connection, now: int, batch: int = 1000) -> list[Row]:

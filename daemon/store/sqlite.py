@@ -26,6 +26,7 @@ from daemon.store.interface import (
     Store,
     UsageStore,
 )
+from daemon.store.journal import Journal
 
 
 def _members(protocol: type) -> list[str]:
@@ -64,6 +65,8 @@ class SqliteStore(Store):
         }
         for name, (module, protocol) in parts.items():
             setattr(self, name, _Bound(conn, module, protocol))
+        #: Every move of a job is reported to the transition step.
+        self.jobs: Journal = Journal(self.jobs)
 
     def close(self) -> None:
         """Close the connection."""

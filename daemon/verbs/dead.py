@@ -14,7 +14,6 @@ import attrs
 from actors import lifecycle as lc
 from actors.errors import Refused, invalid, not_found
 from actors.limits import JOB_ID_LEN
-from daemon.admission import quotas
 from daemon.store.interface import JobRow, Tx
 from daemon.store.rows import to_wire
 from daemon.verbs.reading import page
@@ -91,7 +90,8 @@ def dead_replay(core: Core, call: Call, a: DeadReplayArgs) -> Plan:
             rows.append(row)
         # A replay is an enqueue: quota admission first (drop: the over-quota
         # ones stay dead and are answered shed).
-        live, _reason = quotas.admit(core, tx, namespace, len(rows), a.queue or _first_queue(rows))
+        queue = a.queue or _first_queue(rows)
+        live, _reason = core.admission.admit(tx, namespace, len(rows), queue)
         results = []
         for i, row in enumerate(rows):
             if i >= live:
@@ -107,7 +107,6 @@ def dead_replay(core: Core, call: Call, a: DeadReplayArgs) -> Plan:
             if row.budgets is not None:
                 core.budget_gate.check_payable(row)
             after = tx.store.jobs.replay(row, tx.now_ms)
-            core.moved(tx, row, after)
             job = core.job_wire(after, tx.now_ms)
             results.append({"job": job, "duplicate": False, "folded": False, "shed": False})
         # A dead letter that stays dead (its unique key is held) would come

@@ -30,7 +30,6 @@ from actors.limits import (
     PRIORITY,
     UNIQUE_KEY_LEN,
 )
-from daemon.admission import quotas
 from daemon.store.interface import JobRow, Tx
 from daemon.store.rows import as_row, dumps, to_wire
 from daemon.verbs.budgets import create_budget, strategy_refused
@@ -174,7 +173,6 @@ def _enqueue_one(
                 if live.parked_on is not None:
                     core.budget_gate.unparked_by_fold(tx, live)
                 folded = tx.store.jobs.fold(live, payload, now + a.debounce_ms, now)
-                core.moved(tx, live, folded)
                 return _result(folded, a.payload, duplicate=False, folded=True)
             # The stored payload, not this call's: a duplicate writes nothing.
             job = core.job_wire(live, now)
@@ -193,8 +191,7 @@ def _enqueue_one(
     if a.budgets:
         resolved = resolve_bindings(core, tx, call.actor, namespace, a.budgets)
         bound = dumps([{"key": b.key, "cost": cost} for b, cost in resolved])
-        gate = core.budget_gate
-        parked_on = gate.bind_new(tx, (namespace, a.queue), resolved, state == lc.PENDING)
+        parked_on = core.admission.bind(tx, (namespace, a.queue), resolved, state == lc.PENDING)
     # JobRow's fields in order (as_row: a keyword call costs an enqueue 3 µs more).
     row = as_row((
         core.ids.mint(now), namespace, a.queue, a.type, payload, a.priority, state, 0,
@@ -204,8 +201,16 @@ def _enqueue_one(
     if a.unique_key is not None:
         tx.store.jobs.insert([row])
     new_rows.append(row)
-    core.ensure_queue(tx, namespace, a.queue)
+    ensure_queue(core.known_queues, tx, namespace, a.queue)
     return _result(row, a.payload, duplicate=False, folded=False, core=core, now=now)
+
+
+def ensure_queue(known: set[tuple[str, str]], tx: Tx, namespace: str, queue: str) -> None:
+    """Record a queue at its first enqueue."""
+    key = (namespace, queue)
+    if key not in known:
+        tx.store.queues.ensure(namespace, queue, tx.now_ms)
+        tx.after(lambda: known.add(key))
 
 
 def _result(row: JobRow, payload: Any, *, duplicate: bool, folded: bool,
@@ -222,13 +227,14 @@ def enqueue_write(core: Core, call: Call, jobs: list[EnqueueArgs]) -> Callable[[
         call.scope(job.queue)
     if core.draining:
         raise Refused("shutting_down", "the daemon is shutting down")
-    texts = core.door.enqueue(call.namespace, [job.payload for job in jobs])
-    core.door.new_queues(call.namespace, {job.queue for job in jobs})
+    admission = core.admission
+    texts = admission.enqueue(call.namespace, [job.payload for job in jobs],
+                              {job.queue for job in jobs})  # fmt: skip
 
     def write(tx: Tx) -> list[dict[str, Any]]:
         # Quota admission first: before dedup, so a duplicate is refused (or
         # shed) while the namespace is over quota, as seed 000 says.
-        live, reason = quotas.admit(core, tx, call.namespace, len(jobs), jobs[0].queue)
+        live, reason = admission.admit(tx, call.namespace, len(jobs), jobs[0].queue)
         new_rows: list[JobRow] = []
         results = [
             _enqueue_one(core, tx, call, job, new_rows, texts[i] if texts else None) if i < live
@@ -236,7 +242,6 @@ def enqueue_write(core: Core, call: Call, jobs: list[EnqueueArgs]) -> Callable[[
             for i, job in enumerate(jobs)
         ]  # fmt: skip
         tx.store.jobs.insert([r for r in new_rows if r.unique_key is None])
-        core.added(tx, new_rows)
         return results
 
     return write
@@ -255,7 +260,7 @@ def _shed_one(core: Core, tx: Tx, call: Call, a: EnqueueArgs, reason: str,
     bound = None
     if a.budgets:
         bound = dumps([{"key": b.key, "cost": b.cost} for b in a.budgets])
-    error = f"quota: namespace '{namespace}' over {quotas.limit_text(core, namespace, reason)}"
+    error = f"quota: namespace '{namespace}' over {core.quotas.limit_text(namespace, reason)}"
     dead = dumps({"at": now, "reason": "shed", "shed": "quota", "limit": reason})
     row = as_row((
         core.ids.mint(now), namespace, a.queue, a.type, dumps(a.payload), a.priority,
@@ -263,7 +268,7 @@ def _shed_one(core: Core, tx: Tx, call: Call, a: EnqueueArgs, reason: str,
         None, None, None, bound, error, None, dead, None,
     ))  # fmt: skip
     new_rows.append(row)
-    core.ensure_queue(tx, namespace, a.queue)
+    ensure_queue(core.known_queues, tx, namespace, a.queue)
     result = _result(row, a.payload, duplicate=False, folded=False)
     result["shed"] = True
     return result

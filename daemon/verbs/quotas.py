@@ -64,7 +64,7 @@ def quota_set(core: Core, call: Call, a: QuotaSetArgs) -> Plan:
     _writable(core, namespace)
 
     def write(tx: Tx) -> dict[str, Any]:
-        quotas.write(core, tx, call.actor, namespace, quota)
+        core.quotas.write(tx, call.actor, namespace, quota)
         return {"quota": quota.to_dict()}
 
     return Plan(write)
@@ -77,7 +77,7 @@ def quota_clear(core: Core, call: Call, _a: NoArgs) -> Plan:
     _writable(core, namespace)
 
     def write(tx: Tx) -> dict[str, Any]:
-        quotas.write(core, tx, call.actor, namespace, None)
+        core.quotas.write(tx, call.actor, namespace, None)
         return {}
 
     return Plan(write)

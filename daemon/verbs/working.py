@@ -7,7 +7,6 @@ doorbell can ring between "found nothing" and "waiting" unheard.
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +27,7 @@ from actors.limits import (
     MAX_WAIT_MS,
 )
 from actors.router import Waiter
-from daemon.admission import quotas
+from daemon.admission.pipeline import Claimed
 from daemon.store.interface import JobRow, StaleRow, Tx
 from daemon.store.rows import dumps, to_wire
 from daemon.verbs.table import Call, Later, Plan, verb
@@ -107,25 +106,15 @@ def _job_answer(row: JobRow) -> dict[str, Any]:
     return {"job": to_wire(row)}
 
 
-def _new_lease() -> str:
-    return secrets.token_hex(8)
-
-
-def _claimed(
-    core: Core, rows: list[JobRow], headrooms: dict[str, dict[str, Any]] | None = None
-) -> dict[str, Any]:
+def _claimed(core: Core, claimed: Claimed) -> dict[str, Any]:
     """The answer of a successful claim: each job with its ``admission`` (a policy's
     headroom, budgets' tokens left), or ``null`` when nothing limits it."""
     now = core.clock.now_ms()
-    if rows:  # deliveries debit the message bucket after the fact (seed 001)
-        core.door.delivered(rows[0].namespace, len(rows))
-    jobs = []
-    for row in rows:
-        admission = headrooms.get(row.queue) if headrooms else None
-        if row.budgets is not None:
-            held = core.budget_gate.claimed_admission(row, now)
-            admission = {**(admission or {}), **(held or {})}
-        jobs.append({"job": to_wire(row), "admission": admission})
+    admission = core.admission.claimed_admission
+    jobs = [
+        {"job": to_wire(row), "admission": admission(row, claimed.headrooms, now)}
+        for row in claimed.rows
+    ]
     return {"jobs": jobs, "empty": False}
 
 
@@ -133,32 +122,9 @@ EMPTY: dict[str, Any] = {"jobs": [], "empty": True}
 
 
 def _empty(core: Core, namespace: str, queues: list[str]) -> dict[str, Any]:
-    """Nothing claimable: with ``deferred`` when admission holds pending jobs back
-    (the namespace's hold first, then budgets, one entry per queue)."""
-    deferred = []
-    hold = quotas.hold(core, namespace)
-    if hold is not None:
-        deferred = quotas.held_back(core, namespace, hold, queues)
-    listed = {d["queue"] for d in deferred}
-    deferred += core.policies.deferred(namespace, [q for q in queues if q not in listed])
-    listed = {d["queue"] for d in deferred}
-    rest = [q for q in queues if q not in listed]
-    deferred += core.budget_gate.deferred(namespace, rest, core.clock.now_ms())
+    """Nothing claimable: with ``deferred`` when admission holds pending jobs back."""
+    deferred = core.admission.deferred(namespace, queues, core.clock.now_ms())
     return {**EMPTY, "deferred": deferred} if deferred else EMPTY
-
-
-def deferred_refusal(job_id: str, queue: str, held: dict[str, Any]) -> Refused:
-    """``claim`` of a job admission holds back: ``deferred``, nothing changed."""
-    details = {"queue": queue, "reason": held["reason"],
-               "next_eligible_at": held["next_eligible_at"], "exact": held["exact"]}  # fmt: skip
-    if held.get("budget"):
-        details["budget"] = held["budget"]
-    return Refused(
-        "deferred",
-        f"job {job_id!r} is deferred: {held['reason']}"
-        + (f" on budget {held['budget']!r}" if held.get("budget") else ""),
-        **details,
-    )
 
 
 @verb("claim_next", ("consume",), ClaimNextArgs)
@@ -171,40 +137,20 @@ def claim_next(core: Core, call: Call, a: ClaimNextArgs) -> Plan:
     keys = [(namespace, q) for q in queues]
     deadline = core.clock.monotonic() + a.wait_ms / 1000
 
-    #: Each policy queue's headroom after this call's claims (for ``admission``).
-    headrooms: dict[str, dict[str, Any]] = {}
-
-    def attempt() -> tuple[Callable[[Tx], list[JobRow]], list[Waiter]]:
+    def attempt() -> tuple[Callable[[Tx], Claimed], list[Waiter]]:
         # A waiter is registered in the same commit that found nothing, so no
         # doorbell can ring unheard between "nothing" and "waiting".
         waiting: list[Waiter] = []
         may_wait = a.wait_ms > 0 and not core.router.closed
 
-        def write(tx: Tx) -> list[JobRow]:
-            core.catch_up(tx)
-            room = quotas.claim_room(core, namespace, a.max)
-            rows: list[JobRow] = []
-            # Policy queues admit what their windows and slots allow; the
-            # others are uncapped (and pay one dictionary lookup each).
-            policies = core.policies
-            caps = policies.rooms(namespace, queues, tx.now_ms) if policies.states else {}
-            open_queues = [q for q in queues if caps.get(q) != 0]
-            for queue in queues:
-                if caps.get(queue) == 0 and core.counts.get((namespace, queue), lc.PENDING):
-                    core.policies.refused((namespace, queue))
-            if room and open_queues:
-                lease, ttl = _new_lease(), a.lease_ms
-                rows = core.budget_gate.claim(tx, namespace, open_queues, room, lease, ttl, caps)
-                quotas.claimed(core, tx, namespace, len(rows))
-            core.claimed(tx, rows)
-            if caps and rows:  # after the counts' effect: the status check reads them
-                headrooms.update(core.policies.claimed(tx, rows))
-            if not rows and may_wait:
+        def write(tx: Tx) -> Claimed:
+            claimed = core.admission.claim(tx, namespace, queues, a.max, a.lease_ms)
+            if not claimed.rows and may_wait:
                 tx.after(lambda: waiting.append(core.router.register(keys)))
                 if core.budget_gate.parks_left <= 0:
                     # Parking stopped at its limit: more may be claimable; look again.
                     tx.after(lambda: [core.router.ring(k, 1, pending=1, edge=False) for k in keys])
-            return rows
+            return claimed
 
         return write, waiting
 
@@ -224,18 +170,18 @@ def claim_next(core: Core, call: Call, a: ClaimNextArgs) -> Plan:
             if not waiter.event.is_set() or core.router.closed:
                 return _empty(core, namespace, queues)
             write, waiting = attempt()
-            rows = await core.writer.write(write)
-            if rows:
-                return _claimed(core, rows, headrooms)
+            claimed = await core.writer.write(write)
+            if claimed.rows:
+                return _claimed(core, claimed)
             if not waiting:
                 return _empty(core, namespace, queues)
             waiter = waiting[0]
 
     first, first_waiting = attempt()
 
-    def answer(rows: list[JobRow]) -> dict[str, Any] | Later:
-        if rows:
-            return _claimed(core, rows, headrooms)
+    def answer(claimed: Claimed) -> dict[str, Any] | Later:
+        if claimed.rows:
+            return _claimed(core, claimed)
         if not first_waiting:
             return _empty(core, namespace, queues)
         waiter = first_waiting[0]
@@ -299,30 +245,11 @@ def _lost(core: Core, call: Call, tx: Tx, job_id: str, lease: str) -> Refused:
 def claim(core: Core, call: Call, a: ClaimArgs) -> Plan:
     """Claim one job by id (a pending one, or one whose lease lapsed)."""
 
-    def write(tx: Tx) -> JobRow:
+    def write(tx: Tx) -> Claimed:
         _owned(core, call, tx, a.job_id)
-        core.catch_up(tx)
-        row = _owned(core, call, tx, a.job_id)
-        if row.state != lc.PENDING:
-            raise Refused("conflict", f"job {a.job_id!r} is {row.state}", job_status=row.state)
-        caps = core.policies.rooms(call.namespace, [row.queue], tx.now_ms)
-        if not quotas.claim_room(core, call.namespace, 1) or caps.get(row.queue) == 0:
-            held = core.admission(row, tx.now_ms) or {}
-            core.metrics.admission_refused(row.queue, held.get("reason") or "")
-            raise deferred_refusal(a.job_id, row.queue, held)
-        if row.budgets is not None:
-            held = core.budget_gate.admission(row, tx.now_ms)
-            if row.parked_on is not None or core.budget_gate.debit(tx, row) is not None:
-                raise deferred_refusal(a.job_id, row.queue, held or {})
-        claimed = tx.store.jobs.mark_running([row], _new_lease(), a.lease_ms, tx.now_ms)
-        quotas.claimed(core, tx, call.namespace, 1)
-        core.claimed(tx, claimed)
-        if caps:
-            headrooms.update(core.policies.claimed(tx, claimed))
-        return claimed[0]
+        return core.admission.claim(tx, call.namespace, [], 1, a.lease_ms, job_id=a.job_id)
 
-    headrooms: dict[str, dict[str, Any]] = {}
-    return Plan(write, lambda row: _claimed(core, [row], headrooms)["jobs"][0])
+    return Plan(write, lambda claimed: _claimed(core, claimed)["jobs"][0])
 
 
 Change = Callable[[Tx, JobRow], Any]
@@ -351,8 +278,7 @@ def heartbeat(core: Core, call: Call, a: HeartbeatArgs) -> Plan:
 
     def change(tx: Tx, row: JobRow) -> int:
         expires = tx.now_ms + (a.lease_ms or row.lease_ms)
-        after = tx.store.jobs.extend_lease(row, expires, tx.now_ms)
-        tx.after(lambda: core.lease_extended(after))
+        tx.store.jobs.extend_lease(row, expires, tx.now_ms)
         return expires
 
     plan = _on_lease(core, call, a.job_id, a.lease, change)
@@ -365,11 +291,9 @@ def complete(core: Core, call: Call, a: CompleteArgs) -> Plan:
     result = None if a.result is None else dumps(a.result)
 
     def change(tx: Tx, row: JobRow) -> JobRow:
-        after = tx.store.jobs.finish(
+        return tx.store.jobs.finish(
             row, event="complete", state=lc.COMPLETED, now=tx.now_ms, result=result
         )
-        core.finished(tx, [after])
-        return after
 
     return _on_lease(core, call, a.job_id, a.lease, change)
 
@@ -409,7 +333,6 @@ def complete_many(core: Core, call: Call, a: CompleteManyArgs) -> Plan:
         for item in outcome:
             if "error" not in item:
                 item["state"] = lc.COMPLETED
-        core.finished(tx, done)
         return outcome
 
     return Plan(write, lambda results: {"results": results})
@@ -434,9 +357,6 @@ def fail(core: Core, call: Call, a: FailArgs) -> Plan:
             after = tx.store.jobs.finish(
                 row, event="fail", state=state, now=now, ready_at=ready_at, error=a.error
             )
-        core.moved(tx, row, after)
-        queue = row.queue
-        tx.after(lambda: core.metrics.failed(queue))
         return after
 
     return _on_lease(core, call, a.job_id, a.lease, change)
@@ -450,10 +370,8 @@ def release(core: Core, call: Call, a: ReleaseArgs) -> Plan:
         now = tx.now_ms
         ready_at = now + a.delay_ms if a.delay_ms else row.ready_at
         state = lc.arrival_state(ready_at, now)
-        after = tx.store.jobs.finish(
+        return tx.store.jobs.finish(
             row, event="release", state=state, now=now, ready_at=ready_at, attempts_delta=-1
         )
-        core.moved(tx, row, after)
-        return after
 
     return _on_lease(core, call, a.job_id, a.lease, change)

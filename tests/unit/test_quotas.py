@@ -331,9 +331,7 @@ async def test_a_provisioned_quota_is_read_only_and_a_bad_one_fails_closed(
         "(the namespace fails closed)",
     )
     async with running_core(tmp_path, config=config) as core:
-        from daemon.admission.quotas import provision
-
-        await core.writer.write(provision(core))
+        await core.writer.write(core.quotas.provision())
         await trio.sleep(2.1)  # virtual time: autojump_clock
         got = await call(core, "quota_get", namespace="billing")
         assert got == {"quota": {"max_pending": 1, "on_excess": "reject",
@@ -348,21 +346,21 @@ async def test_a_provisioned_quota_is_read_only_and_a_bad_one_fails_closed(
 async def test_a_table_removed_from_the_file_removes_its_document_even_a_bad_one(
     tmp_path, autojump_clock
 ):
-    from daemon.admission.quotas import PROVISIONED, provision
+    from daemon.admission.quotas import PROVISIONED
 
     with_tables = parse_config(
         {"quotas": {"default": {"max_pending": "lots"}, "billing": {"max_pending": 1}}}, "t.toml"
     )
     async with running_core(tmp_path, config=with_tables) as core:
         await set_quota(core, "api-ns", max_pending=7)  # the API's: never touched
-        await core.writer.write(provision(core))
+        await core.writer.write(core.quotas.provision())
         assert settings_sql.get(core.conn, PROVISIONED) == '["billing","default"]'
         got = await call(core, "quota_get", namespace="default")
         assert (got["quota"], got["source"]) == (None, "config") and "max_pending" in got["error"]
         assert (await refused(enqueue(core, 1))).code == "quota_unavailable"
 
         core.reload(parse_config({"quotas": {"billing": {"max_pending": 1}}}, "t.toml"))
-        await core.writer.write(provision(core))
+        await core.writer.write(core.quotas.provision())
         assert await call(core, "quota_get", namespace="default") == {"quota": None,
                                                                      "source": None}  # fmt: skip
         await enqueue(core, 1)  # recovered at once
@@ -371,7 +369,7 @@ async def test_a_table_removed_from_the_file_removes_its_document_even_a_bad_one
         assert (await call(core, "quota_get", namespace="api-ns"))["source"] == "api"
 
         core.reload(parse_config({}, "t.toml"))
-        await core.writer.write(provision(core))
+        await core.writer.write(core.quotas.provision())
         assert settings_sql.get(core.conn, PROVISIONED) is None
         assert (await call(core, "quota_get", namespace="billing"))["source"] is None
         assert (await call(core, "quota_get", namespace="api-ns"))["quota"] == {

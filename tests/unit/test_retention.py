@@ -16,7 +16,6 @@ import trio.testing
 from actors.ids import IdMint
 from actors.quota import Quota
 from daemon import retention
-from daemon.admission import quotas
 from daemon.config import Config, DaemonConfig, RetentionConfig
 from daemon.store import jobs as sql
 from daemon.store import queues as queue_sql
@@ -71,7 +70,7 @@ def _deleted(core, namespace: str, reason: str) -> float:
 
 
 async def _set_quota(core, namespace: str, quota: Quota | None, raw=None) -> None:
-    await core.writer.write(lambda tx: quotas.write(core, tx, "test", namespace, quota, raw))
+    await core.writer.write(lambda tx: core.quotas.write(tx, "test", namespace, quota, raw))
 
 
 def _assert_counts_match(core) -> None:

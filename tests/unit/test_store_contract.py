@@ -110,6 +110,10 @@ def _insert(h: Harness, *rows: JobRow) -> None:
     h.write(lambda tx: tx.store.jobs.insert(list(rows)))
 
 
+def _keys(rows: list[JobRow]) -> list[tuple[str, str]]:
+    return [(row.namespace, row.queue) for row in rows]
+
+
 def _claim(h: Harness, limit: int = 10, now: int = T, lease: str = "L") -> list[JobRow]:
     def write(tx):
         return tx.store.jobs.mark_running(
@@ -174,7 +178,8 @@ def test_promote_moves_scheduled_jobs_at_ready_at_not_a_millisecond_before(store
     assert store.store.jobs.earliest_scheduled() == T + 1
     assert store.write(lambda tx: tx.store.jobs.promote_due(tx.now_ms), T) == []
     assert store.job("s").state == lc.SCHEDULED
-    assert store.write(lambda tx: tx.store.jobs.promote_due(tx.now_ms), T + 1) == [("ns", "q")]
+    promoted = store.write(lambda tx: _keys(tx.store.jobs.promote_due(tx.now_ms)), T + 1)
+    assert promoted == [("ns", "q")]
     assert store.job("s").state == lc.PENDING
     assert store.job("s").updated_at == T + 1
     assert store.write(lambda tx: tx.store.jobs.promote_due(tx.now_ms), T + 2) == []

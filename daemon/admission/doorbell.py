@@ -1,0 +1,67 @@
+"""Doorbells: telling waiting claims that jobs became claimable.
+
+Only claimable work rings: pending jobs, less those parked on a budget, in a
+queue whose policy admits claims now (seed 002 REQ-8: no doorbell for work
+that cannot be claimed; a queue rings once when its policy reopens it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from actors import lifecycle as lc
+from actors.counts import QueueCounts
+from actors.router import ClaimRouter
+
+QueueKey = tuple[str, str]
+
+
+def _never(_key: QueueKey) -> bool:
+    return False
+
+
+def _none_parked(_key: QueueKey) -> int:
+    return 0
+
+
+class Doorbell:
+    """Rings the claim router for queues whose jobs became claimable."""
+
+    def __init__(self, counts: QueueCounts, router: ClaimRouter) -> None:
+        self._counts = counts
+        self._router = router
+        #: Jobs of a queue parked on budgets (the budget gate's count, set at wiring).
+        self.parked_in: Callable[[QueueKey], int] = _none_parked
+        #: True while a queue's policy admits no claim (the policies', set at wiring).
+        self.held: Callable[[QueueKey], bool] = _never
+
+    def claimable(self, key: QueueKey) -> int:
+        """Pending jobs of ``key`` that a claim may take (not parked)."""
+        return self._counts.get(key, lc.PENDING) - self.parked_in(key)
+
+    def ring(self, key: QueueKey, n: int) -> None:
+        """``n`` jobs of ``key`` became claimable; the counts already include them."""
+        if self.held(key):
+            return
+        now = self.claimable(key)
+        self._router.ring(key, n, pending=now, edge=now == n)
+
+    def reopened(self, key: QueueKey) -> None:
+        """``key``'s policy admits claims again: ring once for what waits."""
+        n = self.claimable(key)
+        if n > 0:
+            self._router.ring(key, n, pending=n, edge=True)
+
+    def wake_namespace(self, namespace: str) -> None:
+        """Ring every queue of ``namespace`` that has claimable jobs (a freed slot,
+        a raised limit)."""
+        for queue in self._counts.queues_of(namespace):
+            key = (namespace, queue)
+            n = self.claimable(key)
+            if n > 0:
+                self._router.ring(key, n, pending=n, edge=False)
+
+    @property
+    def waiting(self) -> bool:
+        """Whether any claim waits (a wake is wasted otherwise)."""
+        return bool(self._router.waiting)
