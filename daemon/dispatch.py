@@ -27,11 +27,11 @@ from daemon.wire import structure
 
 if TYPE_CHECKING:
     from actors.router import EventSink
-    from daemon.core import Core
+    from daemon.services import Services
 
 
 def prepare(
-    core: Core,
+    core: Services,
     session: Session,
     op: Any,
     args: dict[str, Any],
@@ -91,7 +91,7 @@ def answer(plan: Plan, result: Any) -> dict[str, Any] | Later:
 
 
 async def dispatch(
-    core: Core,
+    core: Services,
     session: Session,
     op: Any,
     args: dict[str, Any],

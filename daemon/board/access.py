@@ -25,7 +25,7 @@ from actors.errors import Refused
 from daemon.session import Session
 
 if TYPE_CHECKING:
-    from daemon.core import Core
+    from daemon.services import Services
 
 COOKIE = "sluicegate_board"
 MAX_SESSIONS = 10_000
@@ -46,7 +46,7 @@ def cookie_header(value: str, *, clear: bool = False) -> str:
 class BoardSessions:
     """Signed-in board sessions and the CSRF key of this process."""
 
-    def __init__(self, core: Core) -> None:
+    def __init__(self, core: Services) -> None:
         self._core = core
         self._key = secrets.token_bytes(32)
         self._tokens: OrderedDict[str, tuple[str, int]] = OrderedDict()

@@ -47,7 +47,7 @@ from daemon.board.reads import charge, read, write
 from daemon.session import Session
 
 if TYPE_CHECKING:
-    from daemon.core import Core
+    from daemon.services import Services
 
 HERE = Path(__file__).parent
 #: Where sign-in may send the browser back to: the board's own pages.
@@ -66,7 +66,7 @@ NOTICES = {
 class Board:
     """The board of one daemon: its sessions, its live pulse and its app."""
 
-    def __init__(self, core: Core) -> None:
+    def __init__(self, core: Services) -> None:
         self.core = core
         self.sessions = BoardSessions(core)
         self.pulse = live.Pulse(core)
@@ -443,7 +443,7 @@ class Board:
         return out, headers
 
 
-def board_app(core: Core) -> Board:
+def board_app(core: Services) -> Board:
     """The board for ``core`` (built once per HTTP app)."""
     return Board(core)
 

@@ -29,7 +29,7 @@ from daemon.board import present
 from daemon.session import Session
 
 if TYPE_CHECKING:
-    from daemon.core import Core
+    from daemon.services import Services
 
 KEEPALIVE_S = 15.0
 COALESCE_S = 0.15
@@ -40,7 +40,7 @@ Render = Callable[[Session], tuple[dict[str, str], list[dict[str, Any]]]]
 class Pulse:
     """Wakes live streams after each commit, and samples budget levels."""
 
-    def __init__(self, core: Core) -> None:
+    def __init__(self, core: Services) -> None:
         self._core = core
         self._event = trio.Event()
         self.listeners = 0
@@ -87,7 +87,7 @@ def announcement(h: dict[str, Any]) -> str:
 
 
 async def stream(
-    core: Core, pulse: Pulse, session_of: Callable[[], Session | None], render: Render
+    core: Services, pulse: Pulse, session_of: Callable[[], Session | None], render: Render
 ) -> AsyncIterator[bytes]:
     """The events of one board page, until the client leaves or the daemon drains."""
     sent: dict[str, str] = {}

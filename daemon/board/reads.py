@@ -18,7 +18,7 @@ from daemon.dispatch import answer, dispatch, prepare
 from daemon.session import Session
 
 if TYPE_CHECKING:
-    from daemon.core import Core
+    from daemon.services import Services
 
 #: The verbs the board reads with; each answers without writing.
 READS = frozenset(
@@ -51,7 +51,7 @@ def target_namespace(session: Session, namespace: str | None) -> str:
 
 
 def read(
-    core: Core, session: Session, op: str, namespace: str | None = None, **args: Any
+    core: Services, session: Session, op: str, namespace: str | None = None, **args: Any
 ) -> dict[str, Any]:
     """Run reading verb ``op`` for ``session`` in ``namespace``; synchronous.
 
@@ -70,7 +70,7 @@ def read(
 
 
 def maybe(
-    core: Core, session: Session, op: str, namespace: str | None = None, **args: Any
+    core: Services, session: Session, op: str, namespace: str | None = None, **args: Any
 ) -> dict[str, Any] | None:
     """:func:`read`, or None when the token may not see it (a page leaves that
     section out rather than failing whole)."""
@@ -82,13 +82,13 @@ def maybe(
         raise
 
 
-def charge(core: Core, session: Session, namespace: str | None) -> None:
+def charge(core: Services, session: Session, namespace: str | None) -> None:
     """One board request: one token of the namespace's request bucket."""
     core.door.request(target_namespace(session, namespace))
 
 
 async def write(
-    core: Core, session: Session, op: str, namespace: str, *, client: str | None, **args: Any
+    core: Services, session: Session, op: str, namespace: str, *, client: str | None, **args: Any
 ) -> dict[str, Any]:
     """A state-changing verb, through the dispatcher like any other request
     (``client``: the HTTP caller's address, for the admin write limit)."""

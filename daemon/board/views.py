@@ -17,14 +17,14 @@ from daemon.board.reads import maybe, read
 from daemon.session import Session
 
 if TYPE_CHECKING:
-    from daemon.core import Core
+    from daemon.services import Services
 
 #: The pictures cover the last three hours.
 CHART_MINUTES = 180
 JOBS_SHOWN = 100
 
 
-def namespaces(core: Core, session: Session) -> list[str]:
+def namespaces(core: Services, session: Session) -> list[str]:
     """The namespaces the session may look at: its own, or for an ``operator``
     every one that exists in the store (queues, budgets, policies, a quota
     document) or the config file (a token's namespace, a quota table). Names
@@ -47,7 +47,7 @@ def can_edit_policy(session: Session) -> bool:
 
 
 def headers(
-    core: Core, session: Session, ns: str, queue: str | None = None
+    core: Services, session: Session, ns: str, queue: str | None = None
 ) -> list[dict[str, Any]]:
     """The queue headers of ``ns`` (or of one queue): counts, and for a policy
     queue its usage, limits, status and reset instant (seed 002 REQ-11)."""
@@ -113,7 +113,7 @@ def header(
     return h
 
 
-def overview(core: Core, session: Session) -> list[dict[str, Any]]:
+def overview(core: Services, session: Session) -> list[dict[str, Any]]:
     """A line per visible namespace: its queues' totals and held-back queues."""
     out = []
     for ns in namespaces(core, session):
@@ -132,7 +132,7 @@ def overview(core: Core, session: Session) -> list[dict[str, Any]]:
 
 
 def jobs(
-    core: Core, session: Session, ns: str, queue: str, state: str, limit: int = JOBS_SHOWN
+    core: Services, session: Session, ns: str, queue: str, state: str, limit: int = JOBS_SHOWN
 ) -> list[dict[str, Any]]:
     """A queue's jobs in ``state`` (pending ones with their chip)."""
     listed = read(core, session, "list", ns, queue=queue, status=state, limit=limit)["jobs"]
@@ -141,7 +141,7 @@ def jobs(
     return listed
 
 
-def queue_page(core: Core, session: Session, ns: str, queue: str) -> dict[str, Any]:
+def queue_page(core: Services, session: Session, ns: str, queue: str) -> dict[str, Any]:
     """Everything the queue page shows."""
     found = headers(core, session, ns, queue)
     if not found:
@@ -161,7 +161,7 @@ def queue_page(core: Core, session: Session, ns: str, queue: str) -> dict[str, A
     }
 
 
-def claims_chart(core: Core, ns: str, h: dict[str, Any], now: int) -> Any:
+def claims_chart(core: Services, ns: str, h: dict[str, Any], now: int) -> Any:
     """The queue's claims-per-minute picture."""
     per_minute = core.history.claims_per_minute((ns, h["queue"]), now, CHART_MINUTES)
     used_since = None
@@ -177,7 +177,7 @@ def claims_chart(core: Core, ns: str, h: dict[str, Any], now: int) -> Any:
     )
 
 
-def budgets(core: Core, session: Session, ns: str) -> dict[str, Any]:
+def budgets(core: Services, session: Session, ns: str) -> dict[str, Any]:
     """The budgets page: each budget's state and its level over time."""
     listed = maybe(core, session, "budget_list", ns)
     manage = listed is not None
@@ -195,7 +195,7 @@ def budgets(core: Core, session: Session, ns: str) -> dict[str, Any]:
     return {"budgets": items, "manage": manage}
 
 
-def budget(core: Core, session: Session, ns: str, key: str) -> dict[str, Any]:
+def budget(core: Services, session: Session, ns: str, key: str) -> dict[str, Any]:
     """One budget and its audit history (the editor)."""
     found = read(core, session, "budget_get", ns, key=key)["budget"]
     return {"budget": found, "audit": maybe_audit(core, session, ns, "budget", key)}
@@ -219,7 +219,7 @@ QUOTA_ROWS = (
 )
 
 
-def quota(core: Core, session: Session, ns: str) -> dict[str, Any]:
+def quota(core: Services, session: Session, ns: str) -> dict[str, Any]:
     """The quota page: each limit of the document beside its usage."""
     got = maybe(core, session, "quota_get", ns)
     status = read(core, session, "status", ns)["quota"]
@@ -255,7 +255,7 @@ def _blocking(field: str, usage: dict[str, Any]) -> str | None:
     return None
 
 
-def audit(core: Core, session: Session, ns: str, after: int | None) -> dict[str, Any] | None:
+def audit(core: Services, session: Session, ns: str, after: int | None) -> dict[str, Any] | None:
     """The namespace's audit history, newest first, a page at a time."""
     args: dict[str, Any] = {"newest_first": True, "limit": 50}
     if after is not None:
@@ -267,7 +267,7 @@ def audit(core: Core, session: Session, ns: str, after: int | None) -> dict[str,
 
 
 def maybe_audit(
-    core: Core, session: Session, ns: str, kind: str, target: str
+    core: Services, session: Session, ns: str, kind: str, target: str
 ) -> list[dict[str, Any]] | None:
     """An item's audit history, newest first (None: the token may not read it)."""
     found = maybe(

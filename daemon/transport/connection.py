@@ -44,7 +44,7 @@ from daemon.transport.framing import (
 from daemon.verbs.table import Later, Plan
 
 if TYPE_CHECKING:
-    from daemon.core import Core
+    from daemon.services import Services
 
 log = logging.getLogger("sluicegate.socket")
 MAX_IN_FLIGHT = 4096  # requests of one connection before its reads pause
@@ -56,7 +56,7 @@ CLOSE_GRACE_S = 5.0  # how long a connection closing on a fatal frame finishes i
 class Connection:
     """One client connection."""
 
-    def __init__(self, core: Core, stream: trio.SocketStream, dirty: set[Connection]) -> None:
+    def __init__(self, core: Services, stream: trio.SocketStream, dirty: set[Connection]) -> None:
         self.core = core
         self.stream = stream
         self.session = core.auth.new_session()

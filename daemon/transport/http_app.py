@@ -33,7 +33,7 @@ from daemon.session import Session
 from daemon.transport.http_body import JSON, MSGPACK, UnsupportedMediaType, read_body
 
 if TYPE_CHECKING:
-    from daemon.core import Core
+    from daemon.services import Services
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -97,7 +97,7 @@ def refusal_reply(refused: Refused) -> Reply:
 class HttpApp:
     """The ASGI application."""
 
-    def __init__(self, core: Core) -> None:
+    def __init__(self, core: Services) -> None:
         self.core = core
         self.board = board_app(core)  # the operator board: GET / and /board/...
         self._openapi: bytes | None = None

@@ -38,7 +38,7 @@ from daemon.transport.http_guard import HttpGuard
 
 if TYPE_CHECKING:
     from daemon.config import DaemonConfig
-    from daemon.core import Core
+    from daemon.services import Services
 
 log = logging.getLogger("sluicegate.http")
 
@@ -46,7 +46,7 @@ log = logging.getLogger("sluicegate.http")
 MAX_HEADER_BYTES = 64 * 1024
 
 
-def asgi_app(core: Core) -> HttpGuard:
+def asgi_app(core: Services) -> HttpGuard:
     """The daemon's whole ASGI application: the API (and board) inside the guard."""
     return HttpGuard(HttpApp(core))
 
@@ -92,7 +92,7 @@ def close_sockets(sockets: Sockets) -> None:
 
 
 async def serve_http(
-    core: Core,
+    core: Services,
     sockets: Sockets,
     shutdown_trigger: Callable[[], Awaitable[None]],
     *,

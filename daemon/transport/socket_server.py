@@ -32,7 +32,7 @@ from daemon.transport.connection import Connection
 from daemon.transport.framing import encode_error
 
 if TYPE_CHECKING:
-    from daemon.core import Core
+    from daemon.services import Services
 
 log = logging.getLogger("sluicegate.socket")
 #: accept() errors that mean "no descriptor or memory for now", not a broken listener.
@@ -54,7 +54,7 @@ class ConnectionStats:
 class SocketServer:
     """Accepts connections on the unix socket, at most ``max_connections`` at once."""
 
-    def __init__(self, core: Core, max_connections: int) -> None:
+    def __init__(self, core: Services, max_connections: int) -> None:
         self.core = core
         self.max_connections = max_connections
         # The cap clears (one log line) once this few are left, so a flood

@@ -19,7 +19,7 @@ from daemon.verbs.table import Call, Plan, answer_now, verb
 from daemon.wire import between, name
 
 if TYPE_CHECKING:
-    from daemon.core import Core
+    from daemon.services import Services
 
 TARGET_KINDS = ("queue", "budget", "namespace")
 
@@ -39,7 +39,7 @@ class AuditListArgs:
 
 
 @verb("audit_list", ("manage",), AuditListArgs, manage=True)
-def audit_list(core: Core, call: Call, a: AuditListArgs) -> Plan:
+def audit_list(core: Services, call: Call, a: AuditListArgs) -> Plan:
     """A page of the namespace's audit records, with the cursor of the next."""
     if a.target_kind == "queue" and a.target is not None and not call.session.in_scope(a.target):
         return answer_now({"records": [], "next": None})  # not the caller's: as absent

@@ -26,7 +26,7 @@ from daemon.verbs.table import Call, NoArgs, Plan, answer_now, verb
 from daemon.wire import between, name
 
 if TYPE_CHECKING:
-    from daemon.core import Core
+    from daemon.services import Services
 
 ABSENT: Any = object()
 
@@ -92,7 +92,7 @@ class BudgetPatchArgs:
     strategy: Any = ABSENT
 
 
-def _visible(core: Core, call: Call, key: str) -> Budget:
+def _visible(core: Services, call: Call, key: str) -> Budget:
     budget = core.budgets.get((call.namespace, key))
     if budget is None:
         raise not_found(f"budget {key!r}")
@@ -118,7 +118,7 @@ def _store(tx: Tx, actor: str, budget: Budget, action: str, before: Any) -> Budg
 
 
 def create_budget(
-    core: Core, tx: Tx, actor: str, namespace: str, key: str, spec: BudgetSpec,
+    core: Services, tx: Tx, actor: str, namespace: str, key: str, spec: BudgetSpec,
     source: str = "api",
 ) -> Budget:  # fmt: skip
     """Create a budget in ``tx`` (full, as seed 003 says), within ``max_budgets``."""
@@ -135,7 +135,7 @@ def create_budget(
 
 
 def _update(
-    core: Core, tx: Tx, actor: str, budget: Budget, spec: BudgetSpec, source: str = "api"
+    core: Services, tx: Tx, actor: str, budget: Budget, spec: BudgetSpec, source: str = "api"
 ) -> Budget:
     if budget.bound and spec.max_cost() < budget.max_bound_cost:
         raise invalid(
@@ -150,7 +150,7 @@ def _update(
     return _store(tx, actor, budget, "update", before)
 
 
-def provision(core: Core, budgets: dict[str, dict[str, BudgetSpec]]) -> Callable[[Tx], None]:
+def provision(core: Services, budgets: dict[str, dict[str, BudgetSpec]]) -> Callable[[Tx], None]:
     """The write that makes the config file's ``[budgets.<ns>.<key>]`` tables true.
 
     Provisioned budgets are created or updated (never gaining tokens) and
@@ -174,25 +174,25 @@ def provision(core: Core, budgets: dict[str, dict[str, BudgetSpec]]) -> Callable
     return write
 
 
-def _answer(core: Core) -> Any:
+def _answer(core: Services) -> Any:
     return lambda budget: {"budget": budget.to_wire(core.clock.now_ms())}
 
 
 @verb("budget_list", ("manage",), NoArgs, manage=True)
-def budget_list(core: Core, call: Call, _a: NoArgs) -> Plan:
+def budget_list(core: Services, call: Call, _a: NoArgs) -> Plan:
     """Every budget of the namespace, by key."""
     now = core.clock.now_ms()
     return answer_now({"budgets": [b.to_wire(now) for b in core.budgets.of(call.namespace)]})
 
 
 @verb("budget_get", ("manage",), BudgetKeyArgs, manage=True)
-def budget_get(core: Core, call: Call, a: BudgetKeyArgs) -> Plan:
+def budget_get(core: Services, call: Call, a: BudgetKeyArgs) -> Plan:
     """One budget."""
     return answer_now({"budget": _visible(core, call, a.key).to_wire(core.clock.now_ms())})
 
 
 @verb("budget_create", ("manage",), BudgetSetArgs, manage=True)
-def budget_create(core: Core, call: Call, a: BudgetSetArgs) -> Plan:
+def budget_create(core: Services, call: Call, a: BudgetSetArgs) -> Plan:
     """Create a budget; ``conflict`` if it exists."""
     spec = a.spec()
 
@@ -205,7 +205,7 @@ def budget_create(core: Core, call: Call, a: BudgetSetArgs) -> Plan:
 
 
 @verb("budget_put", ("manage",), BudgetSetArgs, manage=True)
-def budget_put(core: Core, call: Call, a: BudgetSetArgs) -> Plan:
+def budget_put(core: Services, call: Call, a: BudgetSetArgs) -> Plan:
     """Create a budget, or replace its settings (keeping its tokens)."""
     spec = a.spec()
 
@@ -220,7 +220,7 @@ def budget_put(core: Core, call: Call, a: BudgetSetArgs) -> Plan:
 
 
 @verb("budget_patch", ("manage",), BudgetPatchArgs, manage=True)
-def budget_patch(core: Core, call: Call, a: BudgetPatchArgs) -> Plan:
+def budget_patch(core: Services, call: Call, a: BudgetPatchArgs) -> Plan:
     """Merge-patch a budget's settings (null resets a field to its default)."""
     if a.allocation is not ABSENT and (
         type(a.allocation) is not int or not 1 <= a.allocation <= MAX_TOKENS
@@ -248,7 +248,7 @@ def budget_patch(core: Core, call: Call, a: BudgetPatchArgs) -> Plan:
 
 
 @verb("budget_delete", ("manage",), BudgetKeyArgs, manage=True)
-def budget_delete(core: Core, call: Call, a: BudgetKeyArgs) -> Plan:
+def budget_delete(core: Services, call: Call, a: BudgetKeyArgs) -> Plan:
     """Delete a budget."""
 
     def write(tx: Tx) -> dict[str, Any]:

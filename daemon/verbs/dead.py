@@ -21,7 +21,7 @@ from daemon.verbs.table import Call, Plan, answer_now, verb
 from daemon.wire import between, name, text
 
 if TYPE_CHECKING:
-    from daemon.core import Core
+    from daemon.services import Services
 
 MAX_REPLAY = 1000
 
@@ -34,7 +34,7 @@ class DeadListArgs:
 
 
 @verb("dead_list", ("manage",), DeadListArgs)
-def dead_list(core: Core, call: Call, a: DeadListArgs) -> Plan:
+def dead_list(core: Services, call: Call, a: DeadListArgs) -> Plan:
     """Dead letters in id order."""
     return answer_now(page(core, call, a.queue, lc.DEAD, a.limit, a.after))
 
@@ -62,7 +62,7 @@ class DeadReplayArgs:
 
 
 @verb("dead_replay", ("manage", "produce"), DeadReplayArgs)
-def dead_replay(core: Core, call: Call, a: DeadReplayArgs) -> Plan:
+def dead_replay(core: Services, call: Call, a: DeadReplayArgs) -> Plan:
     """Replay dead letters; ``all`` replays up to ``limit`` after ``after`` and says
     whether more remain (``remaining``, with the cursor ``next``)."""
     if a.queue is not None:

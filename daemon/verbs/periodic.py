@@ -21,11 +21,11 @@ from daemon.verbs.producing import EnqueueArgs, enqueue_write
 from daemon.verbs.table import Call, NoArgs, Plan, answer_now, verb
 
 if TYPE_CHECKING:
-    from daemon.core import Core
+    from daemon.services import Services
 
 
 @verb("periodic_list", ("manage",), NoArgs, manage=True)
-def periodic_list(core: Core, call: Call, _a: NoArgs) -> Plan:
+def periodic_list(core: Services, call: Call, _a: NoArgs) -> Plan:
     """The namespace's periodic entries, their schedules and next fire times."""
     now = core.clock.now_ms()
     entries = [
@@ -38,7 +38,7 @@ def periodic_list(core: Core, call: Call, _a: NoArgs) -> Plan:
     return answer_now({"periodic": entries})
 
 
-def fire_enqueue(core: Core) -> periodic.Enqueue:
+def fire_enqueue(core: Services) -> periodic.Enqueue:
     """The enqueue of periodic fires: the entry's job, ready at its slot."""
 
     def enqueue(entry: PeriodicConfig, slot_ms: int) -> Callable[[Tx], list[dict[str, Any]]]:

@@ -24,7 +24,7 @@ from daemon.verbs.table import ANY, Call, NoArgs, Plan, answer_now, verb
 from daemon.wire import name
 
 if TYPE_CHECKING:
-    from daemon.core import Core
+    from daemon.services import Services
 
 #: Policy writes per token: 1 a second, a burst of 10 (seed 002, Security).
 WRITE_RATE = BudgetSpec(1, Strategy("time_based", 1000, 10))
@@ -52,7 +52,7 @@ class StatusArgs:
     queue: str | None = attrs.field(default=None, validator=name)
 
 
-def _managed(core: Core, call: Call, queue: str) -> PolicyState | None:
+def _managed(core: Services, call: Call, queue: str) -> PolicyState | None:
     """The queue's policy state if the caller may manage the queue; a queue outside
     its scope is ``not_found``, the same as a queue without a policy."""
     if not call.session.in_scope(queue):
@@ -60,7 +60,7 @@ def _managed(core: Core, call: Call, queue: str) -> PolicyState | None:
     return core.policies.get(call.namespace, queue)
 
 
-def _limit_writes(core: Core, call: Call, now_ms: int) -> None:
+def _limit_writes(core: Services, call: Call, now_ms: int) -> None:
     limits: dict[tuple[str, str], TokenPool] = core.policies.write_limits
     key = (call.namespace, call.actor)
     pool = limits.get(key)
@@ -80,7 +80,7 @@ def _read_only(state: PolicyState | None, queue: str) -> None:
 
 
 @verb("policy_get", ("manage", "set_admission_policy", "clear_admission_policy"), QueueArgs)
-def policy_get(core: Core, call: Call, a: QueueArgs) -> Plan:
+def policy_get(core: Services, call: Call, a: QueueArgs) -> Plan:
     """A queue's policy; ``not_found`` when it has none or is not the caller's."""
     state = _managed(core, call, a.queue)
     if state is None:
@@ -89,7 +89,7 @@ def policy_get(core: Core, call: Call, a: QueueArgs) -> Plan:
 
 
 @verb("policy_list", ("manage", "set_admission_policy", "clear_admission_policy"), NoArgs)
-def policy_list(core: Core, call: Call, _a: NoArgs) -> Plan:
+def policy_list(core: Services, call: Call, _a: NoArgs) -> Plan:
     """Every policy of the namespace in the caller's scope, by queue."""
     states = [
         s for (ns, queue), s in sorted(core.policies.states.items())
@@ -99,7 +99,7 @@ def policy_list(core: Core, call: Call, _a: NoArgs) -> Plan:
 
 
 @verb("policy_set", ("manage", "set_admission_policy"), PolicySetArgs)
-def policy_set(core: Core, call: Call, a: PolicySetArgs) -> Plan:
+def policy_set(core: Services, call: Call, a: PolicySetArgs) -> Plan:
     """Create or replace a queue's policy; in force at the next claim."""
     policy = parse_policy(a.fields())
     old = _managed(core, call, a.queue)
@@ -114,7 +114,7 @@ def policy_set(core: Core, call: Call, a: PolicySetArgs) -> Plan:
 
 
 @verb("policy_clear", ("manage", "clear_admission_policy"), QueueArgs)
-def policy_clear(core: Core, call: Call, a: QueueArgs) -> Plan:
+def policy_clear(core: Services, call: Call, a: QueueArgs) -> Plan:
     """Remove a queue's policy; ``not_found`` when it has none."""
     if _managed(core, call, a.queue) is None:
         raise not_found(f"policy of queue {a.queue!r}")
@@ -131,7 +131,7 @@ def policy_clear(core: Core, call: Call, a: QueueArgs) -> Plan:
 
 
 @verb("admission_status", ANY, StatusArgs)
-def admission_status(core: Core, call: Call, a: StatusArgs) -> Plan:
+def admission_status(core: Services, call: Call, a: StatusArgs) -> Plan:
     """Policy, usage and status of the caller's policy queues (seed 002 REQ-7)."""
     if a.queue is not None:
         call.scope(a.queue)  # out of scope: forbidden, revealing nothing

@@ -37,7 +37,7 @@ from daemon.verbs.table import Call, Plan, verb
 from daemon.wire import between, json_value, name, text
 
 if TYPE_CHECKING:
-    from daemon.core import Core
+    from daemon.services import Services
 
 
 def _create_spec(value: Any) -> BudgetSpec:
@@ -120,7 +120,7 @@ class EnqueueManyArgs:
             raise invalid("jobs", f"jobs must hold 1-{MAX_BATCH} jobs, got {len(self.jobs)}")
 
 
-def resolve_bindings(core: Core, tx: Tx, actor: str, namespace: str,
+def resolve_bindings(core: Services, tx: Tx, actor: str, namespace: str,
                      bindings: list[BindingArgs]) -> list[tuple[Budget, int]]:  # fmt: skip
     """Each binding's budget (made from ``create_with`` when missing) and cost.
 
@@ -156,7 +156,7 @@ def check_cost(budget: Budget, cost: int) -> None:
 
 
 def _enqueue_one(
-    core: Core, tx: Tx, call: Call, a: EnqueueArgs, new_rows: list[JobRow],
+    core: Services, tx: Tx, call: Call, a: EnqueueArgs, new_rows: list[JobRow],
     text: str | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Enqueue one job of a call; new rows without a unique key are inserted later,
@@ -214,14 +214,14 @@ def ensure_queue(known: set[tuple[str, str]], tx: Tx, namespace: str, queue: str
 
 
 def _result(row: JobRow, payload: Any, *, duplicate: bool, folded: bool,
-            core: Core | None = None, now: int = 0) -> dict[str, Any]:  # fmt: skip
+            core: Services | None = None, now: int = 0) -> dict[str, Any]:  # fmt: skip
     job = to_wire(row, payload)
     if core is not None and row.budgets is not None:
         job["admission"] = core.budget_gate.admission(row, now)
     return {"job": job, "duplicate": duplicate, "folded": folded, "shed": False}
 
 
-def enqueue_write(core: Core, call: Call, jobs: list[EnqueueArgs]) -> Callable[[Tx], list]:
+def enqueue_write(core: Services, call: Call, jobs: list[EnqueueArgs]) -> Callable[[Tx], list]:
     """The write that enqueues ``jobs`` in one transaction; every producer path uses it."""
     for job in jobs:
         call.scope(job.queue)
@@ -247,7 +247,7 @@ def enqueue_write(core: Core, call: Call, jobs: list[EnqueueArgs]) -> Callable[[
     return write
 
 
-def _shed_one(core: Core, tx: Tx, call: Call, a: EnqueueArgs, reason: str,
+def _shed_one(core: Services, tx: Tx, call: Call, a: EnqueueArgs, reason: str,
               new_rows: list[JobRow]) -> dict[str, Any]:  # fmt: skip
     """``on_excess = "drop"``: the job is written dead at once, shed by the quota.
 
@@ -275,12 +275,12 @@ def _shed_one(core: Core, tx: Tx, call: Call, a: EnqueueArgs, reason: str,
 
 
 @verb("enqueue", ("produce",), EnqueueArgs)
-def enqueue(core: Core, call: Call, a: EnqueueArgs) -> Plan:
+def enqueue(core: Services, call: Call, a: EnqueueArgs) -> Plan:
     """Enqueue one job."""
     return Plan(enqueue_write(core, call, [a]), lambda results: results[0])
 
 
 @verb("enqueue_many", ("produce",), EnqueueManyArgs)
-def enqueue_many(core: Core, call: Call, a: EnqueueManyArgs) -> Plan:
+def enqueue_many(core: Services, call: Call, a: EnqueueManyArgs) -> Plan:
     """Enqueue a batch; all of it lands or none does."""
     return Plan(enqueue_write(core, call, a.jobs), lambda results: {"results": results})

@@ -13,7 +13,7 @@ from daemon.verbs.table import Call, NoArgs, Plan, answer_now, verb
 from daemon.wire import between, name
 
 if TYPE_CHECKING:
-    from daemon.core import Core
+    from daemon.services import Services
 
 
 @attrs.frozen
@@ -34,7 +34,7 @@ def _ttl(value: int | None) -> int | None:
 
 
 @verb("queue_configure", ("manage",), QueueConfigureArgs, manage=True)
-def queue_configure(core: Core, call: Call, a: QueueConfigureArgs) -> Plan:
+def queue_configure(core: Services, call: Call, a: QueueConfigureArgs) -> Plan:
     """Create a queue or set its retention TTLs."""
     call.scope(a.queue)
     namespace = call.namespace
@@ -63,7 +63,7 @@ def queue_configure(core: Core, call: Call, a: QueueConfigureArgs) -> Plan:
 
 
 @verb("queue_list", ("manage",), NoArgs, manage=True)
-def queue_list(core: Core, call: Call, _a: NoArgs) -> Plan:
+def queue_list(core: Services, call: Call, _a: NoArgs) -> Plan:
     """Every queue of the namespace with its counts."""
     rows = queue_rows(core, call)
     return answer_now(

@@ -18,7 +18,7 @@ from daemon.store.interface import Tx
 from daemon.verbs.table import Call, NoArgs, Plan, answer_now, verb
 
 if TYPE_CHECKING:
-    from daemon.core import Core
+    from daemon.services import Services
 
 
 @attrs.frozen
@@ -26,12 +26,12 @@ class QuotaSetArgs:
     quota: Any
 
 
-def _writable(core: Core, namespace: str) -> None:
+def _writable(core: Services, namespace: str) -> None:
     if namespace in core.config.quota_tables:
         raise Refused("conflict", f"the quota of namespace '{namespace}' is managed by config file")
 
 
-def _source(core: Core, namespace: str, present: bool) -> str | None:
+def _source(core: Services, namespace: str, present: bool) -> str | None:
     """``config`` for a document the config file wrote (even one that does not
     decode), ``api`` for one set through the API."""
     if not present:
@@ -44,7 +44,7 @@ def _source(core: Core, namespace: str, present: bool) -> str | None:
 
 
 @verb("quota_get", ("manage",), NoArgs)
-def quota_get(core: Core, call: Call, _a: NoArgs) -> Plan:
+def quota_get(core: Services, call: Call, _a: NoArgs) -> Plan:
     """The namespace's document (``null`` if none), where it comes from, and why it
     cannot be used if it does not decode."""
     namespace = call.namespace
@@ -57,7 +57,7 @@ def quota_get(core: Core, call: Call, _a: NoArgs) -> Plan:
 
 
 @verb("quota_set", ("operator",), QuotaSetArgs)
-def quota_set(core: Core, call: Call, a: QuotaSetArgs) -> Plan:
+def quota_set(core: Services, call: Call, a: QuotaSetArgs) -> Plan:
     """Replace the namespace's document."""
     quota = parse_quota(a.quota)
     namespace = call.namespace
@@ -71,7 +71,7 @@ def quota_set(core: Core, call: Call, a: QuotaSetArgs) -> Plan:
 
 
 @verb("quota_clear", ("operator",), NoArgs)
-def quota_clear(core: Core, call: Call, _a: NoArgs) -> Plan:
+def quota_clear(core: Services, call: Call, _a: NoArgs) -> Plan:
     """Remove the namespace's document: no limits."""
     namespace = call.namespace
     _writable(core, namespace)

@@ -15,7 +15,7 @@ from daemon.verbs.working import _queue_names
 from daemon.wire import between, name, text
 
 if TYPE_CHECKING:
-    from daemon.core import Core
+    from daemon.services import Services
 
 PROTOCOL_VERSION = 1
 
@@ -27,7 +27,7 @@ class HelloArgs:
 
 
 @verb("hello", (), HelloArgs)
-def hello(core: Core, call: Call, a: HelloArgs) -> Plan:
+def hello(core: Services, call: Call, a: HelloArgs) -> Plan:
     """Authenticate the connection (optional in open mode)."""
     session = core.auth.check(a.token)
     # The transport keeps the session object; bind it in place.
@@ -46,7 +46,7 @@ class GetArgs:
 
 
 @verb("get", ANY, GetArgs)
-def get(core: Core, call: Call, a: GetArgs) -> Plan:
+def get(core: Services, call: Call, a: GetArgs) -> Plan:
     """One job by id."""
     row = core.store.jobs.get(call.namespace, a.job_id)
     if row is None:
@@ -68,7 +68,7 @@ class ListArgs:
     after: str | None = attrs.field(default=None, validator=text(JOB_ID_LEN))
 
 
-def page(core: Core, call: Call, queue: str | None, status: str | None, limit: int,
+def page(core: Services, call: Call, queue: str | None, status: str | None, limit: int,
          after: str | None) -> dict[str, Any]:  # fmt: skip
     """A page of jobs in id order, with the cursor of the next page."""
     if queue is not None:
@@ -86,12 +86,12 @@ def page(core: Core, call: Call, queue: str | None, status: str | None, limit: i
 
 
 @verb("list", ANY, ListArgs)
-def list_(core: Core, call: Call, a: ListArgs) -> Plan:
+def list_(core: Services, call: Call, a: ListArgs) -> Plan:
     """Jobs in id order."""
     return answer_now(page(core, call, a.queue, a.status, a.limit, a.after))
 
 
-def queue_rows(core: Core, call: Call) -> list[dict[str, Any]]:
+def queue_rows(core: Services, call: Call) -> list[dict[str, Any]]:
     """Every queue of the caller's namespace in its scope, with counts."""
     counts = core.counts.namespace(call.namespace)
     names = {q for ns, q in core.known_queues if ns == call.namespace} | set(counts)
@@ -103,7 +103,7 @@ def queue_rows(core: Core, call: Call) -> list[dict[str, Any]]:
     return rows
 
 
-def _quota(core: Core, namespace: str) -> dict[str, Any] | None:
+def _quota(core: Services, namespace: str) -> dict[str, Any] | None:
     """``status.quota``: the document in force and usage against its limits, or
     None without one (``{"error"}`` while it cannot be read: fail closed)."""
     actor = core.namespaces.find(namespace)
@@ -136,7 +136,7 @@ def _quota(core: Core, namespace: str) -> dict[str, Any] | None:
 
 
 @verb("status", ANY, NoArgs)
-def status(core: Core, call: Call, _a: NoArgs) -> Plan:
+def status(core: Services, call: Call, _a: NoArgs) -> Plan:
     """The namespace at a glance."""
     return answer_now(
         {
@@ -159,7 +159,7 @@ class SubscribeArgs:
 
 
 @verb("subscribe", ("consume",), SubscribeArgs)
-def subscribe(core: Core, call: Call, a: SubscribeArgs) -> Plan:
+def subscribe(core: Services, call: Call, a: SubscribeArgs) -> Plan:
     """Doorbell events for ``queues`` on this connection."""
     if call.events is None:
         raise Refused("invalid_argument", "subscribe needs the socket transport", field="op")

@@ -22,7 +22,7 @@ from daemon.session import Session
 from daemon.store.interface import Tx
 
 if TYPE_CHECKING:
-    from daemon.core import Core
+    from daemon.services import Services
 
 Answer = dict[str, Any]
 
@@ -56,7 +56,7 @@ def answer_now(answer: Answer) -> Plan:
     return Plan(None, lambda _none: answer)
 
 
-Planner = Callable[["Core", "Call", Any], Plan]
+Planner = Callable[["Services", "Call", Any], Plan]
 
 
 @attrs.define

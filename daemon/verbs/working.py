@@ -34,7 +34,7 @@ from daemon.verbs.table import Call, Later, Plan, verb
 from daemon.wire import between, json_value, name, text
 
 if TYPE_CHECKING:
-    from daemon.core import Core
+    from daemon.services import Services
 
 
 def _queue_names(_inst: Any, attr: attrs.Attribute, value: list[str]) -> None:
@@ -106,7 +106,7 @@ def _job_answer(row: JobRow) -> dict[str, Any]:
     return {"job": to_wire(row)}
 
 
-def _claimed(core: Core, claimed: Claimed) -> dict[str, Any]:
+def _claimed(core: Services, claimed: Claimed) -> dict[str, Any]:
     """The answer of a successful claim: each job with its ``admission`` (a policy's
     headroom, budgets' tokens left), or ``null`` when nothing limits it."""
     now = core.clock.now_ms()
@@ -121,14 +121,14 @@ def _claimed(core: Core, claimed: Claimed) -> dict[str, Any]:
 EMPTY: dict[str, Any] = {"jobs": [], "empty": True}
 
 
-def _empty(core: Core, namespace: str, queues: list[str]) -> dict[str, Any]:
+def _empty(core: Services, namespace: str, queues: list[str]) -> dict[str, Any]:
     """Nothing claimable: with ``deferred`` when admission holds pending jobs back."""
     deferred = core.admission.deferred(namespace, queues, core.clock.now_ms())
     return {**EMPTY, "deferred": deferred} if deferred else EMPTY
 
 
 @verb("claim_next", ("consume",), ClaimNextArgs)
-def claim_next(core: Core, call: Call, a: ClaimNextArgs) -> Plan:
+def claim_next(core: Services, call: Call, a: ClaimNextArgs) -> Plan:
     """Claim up to ``max`` jobs of ``queues``, waiting up to ``wait_ms`` for work."""
     for queue in a.queues:
         call.scope(queue)
@@ -200,7 +200,7 @@ def claim_next(core: Core, call: Call, a: ClaimNextArgs) -> Plan:
     return Plan(first, answer)
 
 
-def _owned(core: Core, call: Call, tx: Tx, job_id: str) -> JobRow:
+def _owned(core: Services, call: Call, tx: Tx, job_id: str) -> JobRow:
     row = tx.store.jobs.get(call.namespace, job_id)
     if row is None:
         raise not_found(f"job {job_id!r}")
@@ -208,7 +208,7 @@ def _owned(core: Core, call: Call, tx: Tx, job_id: str) -> JobRow:
     return row
 
 
-def _leased(core: Core, call: Call, tx: Tx, job_id: str, lease: str) -> JobRow:
+def _leased(core: Services, call: Call, tx: Tx, job_id: str, lease: str) -> JobRow:
     """The running job held under ``lease``; ``lease_lost`` if it is not.
 
     Usually from the core's map of running jobs, without a SELECT; the write
@@ -222,7 +222,7 @@ def _leased(core: Core, call: Call, tx: Tx, job_id: str, lease: str) -> JobRow:
     return _leased_in_store(core, call, tx, job_id, lease)
 
 
-def _leased_in_store(core: Core, call: Call, tx: Tx, job_id: str, lease: str) -> JobRow:
+def _leased_in_store(core: Services, call: Call, tx: Tx, job_id: str, lease: str) -> JobRow:
     row = _owned(core, call, tx, job_id)
     if row.state != lc.RUNNING or row.lease != lease:
         raise Refused(
@@ -234,7 +234,7 @@ def _leased_in_store(core: Core, call: Call, tx: Tx, job_id: str, lease: str) ->
     return row
 
 
-def _lost(core: Core, call: Call, tx: Tx, job_id: str, lease: str) -> Refused:
+def _lost(core: Services, call: Call, tx: Tx, job_id: str, lease: str) -> Refused:
     """A guarded update found the remembered row stale: the store says precisely
     why (raising its refusal), else the lease is simply gone."""
     _leased_in_store(core, call, tx, job_id, lease)
@@ -242,7 +242,7 @@ def _lost(core: Core, call: Call, tx: Tx, job_id: str, lease: str) -> Refused:
 
 
 @verb("claim", ("consume",), ClaimArgs)
-def claim(core: Core, call: Call, a: ClaimArgs) -> Plan:
+def claim(core: Services, call: Call, a: ClaimArgs) -> Plan:
     """Claim one job by id (a pending one, or one whose lease lapsed)."""
 
     def write(tx: Tx) -> Claimed:
@@ -255,7 +255,7 @@ def claim(core: Core, call: Call, a: ClaimArgs) -> Plan:
 Change = Callable[[Tx, JobRow], Any]
 
 
-def _on_lease(core: Core, call: Call, job_id: str, lease: str, change: Change) -> Plan:
+def _on_lease(core: Services, call: Call, job_id: str, lease: str, change: Change) -> Plan:
     """A plan whose write applies ``change`` to the job held under ``lease``.
 
     ``change`` makes guarded updates: when the remembered row turns out stale,
@@ -273,7 +273,7 @@ def _on_lease(core: Core, call: Call, job_id: str, lease: str, change: Change) -
 
 
 @verb("heartbeat", ("consume",), HeartbeatArgs)
-def heartbeat(core: Core, call: Call, a: HeartbeatArgs) -> Plan:
+def heartbeat(core: Services, call: Call, a: HeartbeatArgs) -> Plan:
     """Extend a lease."""
 
     def change(tx: Tx, row: JobRow) -> int:
@@ -286,7 +286,7 @@ def heartbeat(core: Core, call: Call, a: HeartbeatArgs) -> Plan:
 
 
 @verb("complete", ("consume",), CompleteArgs)
-def complete(core: Core, call: Call, a: CompleteArgs) -> Plan:
+def complete(core: Services, call: Call, a: CompleteArgs) -> Plan:
     """Finish a job successfully."""
     result = None if a.result is None else dumps(a.result)
 
@@ -299,7 +299,7 @@ def complete(core: Core, call: Call, a: CompleteArgs) -> Plan:
 
 
 @verb("complete_many", ("consume",), CompleteManyArgs)
-def complete_many(core: Core, call: Call, a: CompleteManyArgs) -> Plan:
+def complete_many(core: Services, call: Call, a: CompleteManyArgs) -> Plan:
     """Finish many jobs in one transaction (a worker's batch completer, as River's).
 
     Each completion stands alone: one whose lease is lost is answered with its
@@ -339,7 +339,7 @@ def complete_many(core: Core, call: Call, a: CompleteManyArgs) -> Plan:
 
 
 @verb("fail", ("consume",), FailArgs)
-def fail(core: Core, call: Call, a: FailArgs) -> Plan:
+def fail(core: Services, call: Call, a: FailArgs) -> Plan:
     """Report a failed attempt: retry with backoff, or dead."""
 
     def change(tx: Tx, row: JobRow) -> JobRow:
@@ -363,7 +363,7 @@ def fail(core: Core, call: Call, a: FailArgs) -> Plan:
 
 
 @verb("release", ("consume",), ReleaseArgs)
-def release(core: Core, call: Call, a: ReleaseArgs) -> Plan:
+def release(core: Services, call: Call, a: ReleaseArgs) -> Plan:
     """Give a job back unworked: the attempt is taken back."""
 
     def change(tx: Tx, row: JobRow) -> JobRow:
