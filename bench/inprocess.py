@@ -34,7 +34,7 @@ from daemon.config import Config
 from daemon.core import Core
 from daemon.dispatch import dispatch
 from daemon.store.checkpointer import Checkpointer
-from daemon.store.database import open_database
+from daemon.store.opening import open_database
 
 QUEUE = "bench"
 

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from daemon.store.database import open_database
+from daemon.store.opening import open_database
 
 COMPLETES = ("get+update", "guarded", "returning")
 _GUARDED = (

@@ -44,8 +44,8 @@ from daemon.pid_lock import PidLock
 from daemon.reload import decide
 from daemon.startup import StartupError, connection_cap, raise_file_limit, reason
 from daemon.store.checkpointer import Checkpointer
-from daemon.store.database import open_database
 from daemon.store.health import StoreUnavailable
+from daemon.store.opening import open_database
 from daemon.transport.http_server import bind_http, close_sockets, serve_http
 from daemon.transport.socket_server import SocketServer, bind_unix_socket, listener_from_fd
 from daemon.verbs.budgets import provision

@@ -22,16 +22,15 @@ enqueue or completion leaves no trace.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from actors import lifecycle as lc
+from actors.bindings import bindings, cost_for
 from actors.budgets import Budget, Budgets
 from actors.clock import Clock
 from actors.due import Due, DueActor
 from actors.errors import Refused
+from daemon.admission.budget_answers import BudgetAnswers
 from daemon.admission.doorbell import Doorbell
 from daemon.store.interface import Committer, JobRow, Store, Tx
 
@@ -50,33 +49,7 @@ RELEASE_BATCH = 1000
 UNFINISHED = (lc.SCHEDULED, lc.PENDING, lc.RUNNING)
 
 
-Bindings = tuple[tuple[str, int], ...]
-#: Stored ``budgets`` texts parsed already (bounded): the jobs of one kind share
-#: one text, so each binding is parsed once, not again at every debit and park.
-_PARSED: dict[str, Bindings] = {}
-_PARSED_MAX = 4096
-
-
-def bindings(text: str | None) -> Bindings:
-    """A job's stored ``budgets`` column as ``(key, cost)`` pairs (the stored
-    format stays JSON; its parsed form is kept)."""
-    if text is None:
-        return ()
-    parsed = _PARSED.get(text)
-    if parsed is None:
-        parsed = tuple((b["key"], b["cost"]) for b in orjson.loads(text))
-        if len(_PARSED) >= _PARSED_MAX:
-            _PARSED.clear()
-        _PARSED[text] = parsed
-    return parsed
-
-
-def cost_for(text: str | None, key: str) -> int:
-    """What a job with stored bindings ``text`` costs budget ``key``."""
-    return next((cost for k, cost in bindings(text) if k == key), 1)
-
-
-class BudgetGate:
+class BudgetGate(BudgetAnswers):
     """The budgets' side of enqueue, claim and finishing, for one daemon."""
 
     def __init__(
@@ -388,66 +361,6 @@ class BudgetGate:
         budget.head_is(head)
         namespace, ring = budget.namespace, self._doorbell.ring
         tx.after(lambda: [ring((namespace, q), n) for q, n in per_queue.items()])
-
-    # -- what is held back, for answers ------------------------------------------
-
-    def parked_in(self, queue: QueueKey) -> int:
-        """How many jobs of ``queue`` are parked."""
-        return sum(self.parked_by_queue.get(queue, {}).values())
-
-    def deferred(self, namespace: str, queues: Iterable[str], now_ms: int) -> list[dict[str, Any]]:
-        """``claim_next``'s ``deferred`` entries: queues whose pending jobs are parked."""
-        out = []
-        for queue in queues:
-            per_budget = self.parked_by_queue.get((namespace, queue))
-            if not per_budget:
-                continue
-            options = []
-            for key in per_budget:
-                budget = self.budgets.get((namespace, key))
-                if budget is not None:
-                    at, exact = self.eligible(budget, budget.head_cost or 1, now_ms)
-                    options.append((at is None, at or 0, key, at, exact))
-            entry = {"queue": queue, "reason": "budget_exhausted",
-                     "pending": sum(per_budget.values()), "next_eligible_at": None,
-                     "exact": False, "budget": None}  # fmt: skip
-            if options:  # the budget that frees this queue first
-                _none, _at, key, at, exact = min(options)
-                entry.update(next_eligible_at=at, exact=exact, budget=key)
-            out.append(entry)
-        return out
-
-    def eligible(self, budget: Budget, cost: int, now_ms: int) -> tuple[int | None, bool]:
-        """When ``budget`` can next pay ``cost`` beside what it promised; exact or a hint.
-
-        ``time_based``: the instant the drip makes it affordable (exact).
-        ``while_in_flight``: the earliest lease expiry of a job holding it, a
-        hint (``exact`` false) like ``in_flight_full``'s.
-        """
-        need = cost + budget.reserved_cost
-        if budget.pool.time_based:
-            at = budget.pool.eligible_at(need, now_ms)
-            return (at, at is not None)
-        if budget.pool.can_debit(need, now_ms):
-            return (now_ms, False)
-        running = self._running
-        expiries = [running[i].lease_expires_at for i in budget.holders if i in running]
-        return (min(expiries, default=None), False)
-
-    def admission(self, row: JobRow, now_ms: int) -> dict[str, Any] | None:
-        """The derived ``admission`` of a pending job bound to budgets (None otherwise)."""
-        if row.state != lc.PENDING or row.budgets is None:
-            return None
-        namespace = row.namespace
-        parked_on = row.parked_on
-        for budget, cost in self._resolve(namespace, row.budgets):
-            if budget.key == parked_on or (
-                parked_on is None and not budget.pool.can_debit(cost, now_ms)
-            ):
-                at, exact = self.eligible(budget, cost, now_ms)
-                return {"state": "deferred", "reason": "budget_exhausted",
-                        "next_eligible_at": at, "exact": exact, "budget": budget.key}  # fmt: skip
-        return {"state": "admitted", "reason": None, "next_eligible_at": None, "exact": True}
 
 
 def _change_bound(tx: Tx, budget: Budget, cost: int, n: int) -> None:

@@ -25,21 +25,17 @@ logged reference.
 from __future__ import annotations
 
 import logging
-import os
 import sqlite3
 import time
 from collections import deque
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TypeVar
 
-import sqlite_utils
 import trio
 
 from actors.errors import OUTCOMES, Refused, internal_error
-from daemon.store.health import StoreHealth, StoreUnavailable, is_store_failure, store_refusal
+from daemon.store.health import StoreHealth, is_store_failure, store_refusal
 from daemon.store.interface import Pending
-from daemon.store.schema import migrate
 from daemon.store.sqlite import SqliteStore
 
 log = logging.getLogger("sluicegate.store")
@@ -50,59 +46,6 @@ if store_refusal not in OUTCOMES:
 #: The committer's probe of a failing store: first delay and cap (seconds).
 PROBE_FIRST = 0.25
 PROBE_MAX = 10.0
-
-
-def open_database(
-    path: Path | str,
-    synchronous: str = "normal",
-    *,
-    autocheckpoint: bool = True,
-    journal_size_limit: int = 64 << 20,
-) -> sqlite_utils.Database:
-    """Open (creating and migrating) the database at ``path`` in WAL mode.
-
-    ``autocheckpoint=False`` leaves WAL checkpoints to a
-    :class:`~daemon.store.checkpointer.Checkpointer`. A WAL reset after a
-    checkpoint truncates the file to ``journal_size_limit`` bytes.
-
-    Raises :class:`~daemon.store.health.StoreUnavailable` naming the path and
-    the cause when the file system refuses (disk full, read-only, I/O error,
-    not a database).
-    """
-    if synchronous not in ("normal", "full"):
-        raise ValueError("synchronous must be 'normal' or 'full'")
-    conn: sqlite3.Connection | None = None
-    try:
-        if str(path) != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(
-            str(path), isolation_level=None, check_same_thread=False, cached_statements=512
-        )
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute(f"PRAGMA synchronous = {synchronous.upper()}")
-        conn.execute("PRAGMA busy_timeout = 5000")
-        conn.execute("PRAGMA temp_store = MEMORY")
-        conn.execute(f"PRAGMA journal_size_limit = {int(journal_size_limit)}")
-        if not autocheckpoint:
-            conn.execute("PRAGMA wal_autocheckpoint = 0")
-        conn.execute("PRAGMA cache_size = -65536")  # 64 MiB of page cache
-        db = sqlite_utils.Database(conn)
-        migrate(db)
-    except BaseException as exc:
-        if conn is not None:
-            conn.close()
-        if isinstance(exc, OSError) or is_store_failure(exc):
-            cause = str(exc)
-            if isinstance(exc, OSError) and exc.errno:
-                cause = os.strerror(exc.errno)
-                cause = cause[:1].lower() + cause[1:]  # "file exists", as in a sentence
-            if not StoreHealth(path).has_headroom():  # SQLite may say only "disk I/O error"
-                cause = f"{cause} (the filesystem is full)"
-            raise StoreUnavailable(f"cannot open the database {path}: {cause}") from exc
-        if isinstance(exc, sqlite3.Error):  # not a store failure, but no store either
-            raise StoreUnavailable(f"cannot open the database {path}: {exc}") from exc
-        raise
-    return db
 
 
 class Tx:

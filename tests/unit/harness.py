@@ -14,7 +14,7 @@ from actors.clock import Clock
 from daemon.config import Config
 from daemon.core import Core
 from daemon.dispatch import dispatch
-from daemon.store.database import open_database
+from daemon.store.opening import open_database
 
 #: The wall instant every test core starts at (2023-11-14T22:13:20Z).
 WALL0 = 1_700_000_000_000

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from actors.errors import Refused
 from daemon.core import Core
-from daemon.store.database import open_database
+from daemon.store.opening import open_database
 from tests.unit.harness import WALL0, call, claim_jobs, running_core
 
 WIF5 = {"allocation": 5, "strategy": {"type": "while_in_flight"}}

@@ -11,7 +11,8 @@ import trio
 import trio.testing
 
 from actors.errors import Refused
-from daemon.store.database import GroupCommit, open_database
+from daemon.store.database import GroupCommit
+from daemon.store.opening import open_database
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from daemon.core import Core
 from daemon.main import periodic_scheduler
 from daemon.periodic import PeriodicScheduler, fire_write, settings_key
 from daemon.store import settings as settings_sql
-from daemon.store.database import open_database
+from daemon.store.opening import open_database
 from daemon.verbs.periodic import fire_enqueue
 from tests.unit.harness import WALL0, call
 

@@ -8,7 +8,7 @@ import pytest
 import sqlite_utils
 
 from daemon.store import schema
-from daemon.store.database import open_database
+from daemon.store.opening import open_database
 
 
 @pytest.fixture

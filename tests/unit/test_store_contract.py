@@ -21,7 +21,7 @@ import pytest
 from actors import lifecycle as lc
 from actors.errors import Refused
 from actors.lifecycle import IllegalTransition
-from daemon.store.database import GroupCommit, open_database
+from daemon.store.database import GroupCommit
 from daemon.store.interface import (
     AuditStore,
     BudgetStore,
@@ -35,6 +35,7 @@ from daemon.store.interface import (
     Store,
     UsageStore,
 )
+from daemon.store.opening import open_database
 
 T = 1_700_000_000_000  # the horizon of each test
 LEASE_MS = 30_000

@@ -15,8 +15,9 @@ import trio
 
 from actors.errors import Refused, internal_error
 from daemon.store import database
-from daemon.store.database import PROBE_FIRST, PROBE_MAX, GroupCommit, open_database
+from daemon.store.database import PROBE_FIRST, PROBE_MAX, GroupCommit
 from daemon.store.health import StoreHealth, StoreUnavailable, is_store_failure, store_refusal
+from daemon.store.opening import open_database
 
 
 @pytest.fixture

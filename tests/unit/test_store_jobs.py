@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from daemon.store import jobs as sql
-from daemon.store.database import open_database
+from daemon.store.opening import open_database
 
 NOW = 1_700_000_000_000
 STATES = ("scheduled", "pending", "parked", "running", "completed", "dead")

@@ -17,7 +17,8 @@ from daemon.admission.usage import Meter
 from daemon.config import Config, DaemonConfig
 from daemon.core import Core
 from daemon.store import usage as store
-from daemon.store.database import GroupCommit, open_database
+from daemon.store.database import GroupCommit
+from daemon.store.opening import open_database
 from tests.unit.harness import call, running_core
 
 MIN = 60_000

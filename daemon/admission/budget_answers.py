@@ -1,0 +1,87 @@
+"""The budget gate's answers: what budgets hold back, and until when.
+
+``claim_next``'s ``deferred`` entries, a pending job's derived ``admission``,
+a claimed job's tokens left, and the instant a budget can next pay. Read-only:
+they change nothing (the mixin of :class:`~daemon.admission.budget_gate.BudgetGate`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from actors import lifecycle as lc
+from actors.budgets import Budget, Budgets
+from daemon.store.interface import JobRow
+
+QueueKey = tuple[str, str]
+
+
+class BudgetAnswers:
+    """What budgets hold back (read by answers and ``explain``)."""
+
+    budgets: Budgets
+    #: (namespace, queue) -> {budget key: jobs parked}.
+    parked_by_queue: dict[QueueKey, dict[str, int]]
+    _running: dict[str, JobRow]
+
+    def _resolve(self, namespace: str, text: str | None) -> list[tuple[Budget, int]]:
+        raise NotImplementedError
+
+    def parked_in(self, queue: QueueKey) -> int:
+        """How many jobs of ``queue`` are parked."""
+        return sum(self.parked_by_queue.get(queue, {}).values())
+
+    def deferred(self, namespace: str, queues: Iterable[str], now_ms: int) -> list[dict[str, Any]]:
+        """``claim_next``'s ``deferred`` entries: queues whose pending jobs are parked."""
+        out = []
+        for queue in queues:
+            per_budget = self.parked_by_queue.get((namespace, queue))
+            if not per_budget:
+                continue
+            options = []
+            for key in per_budget:
+                budget = self.budgets.get((namespace, key))
+                if budget is not None:
+                    at, exact = self.eligible(budget, budget.head_cost or 1, now_ms)
+                    options.append((at is None, at or 0, key, at, exact))
+            entry = {"queue": queue, "reason": "budget_exhausted",
+                     "pending": sum(per_budget.values()), "next_eligible_at": None,
+                     "exact": False, "budget": None}  # fmt: skip
+            if options:  # the budget that frees this queue first
+                _none, _at, key, at, exact = min(options)
+                entry.update(next_eligible_at=at, exact=exact, budget=key)
+            out.append(entry)
+        return out
+
+    def eligible(self, budget: Budget, cost: int, now_ms: int) -> tuple[int | None, bool]:
+        """When ``budget`` can next pay ``cost`` beside what it promised; exact or a hint.
+
+        ``time_based``: the instant the drip makes it affordable (exact).
+        ``while_in_flight``: the earliest lease expiry of a job holding it, a
+        hint (``exact`` false) like ``in_flight_full``'s.
+        """
+        need = cost + budget.reserved_cost
+        if budget.pool.time_based:
+            at = budget.pool.eligible_at(need, now_ms)
+            return (at, at is not None)
+        if budget.pool.can_debit(need, now_ms):
+            return (now_ms, False)
+        running = self._running
+        expiries = [running[i].lease_expires_at for i in budget.holders if i in running]
+        return (min(expiries, default=None), False)
+
+    def admission(self, row: JobRow, now_ms: int) -> dict[str, Any] | None:
+        """The derived ``admission`` of a pending job bound to budgets (None otherwise)."""
+        if row.state != lc.PENDING or row.budgets is None:
+            return None
+        namespace = row.namespace
+        parked_on = row.parked_on
+        for budget, cost in self._resolve(namespace, row.budgets):
+            if budget.key == parked_on or (
+                parked_on is None and not budget.pool.can_debit(cost, now_ms)
+            ):
+                at, exact = self.eligible(budget, cost, now_ms)
+                return {"state": "deferred", "reason": "budget_exhausted",
+                        "next_eligible_at": at, "exact": exact, "budget": budget.key}  # fmt: skip
+        return {"state": "admitted", "reason": None, "next_eligible_at": None, "exact": True}
