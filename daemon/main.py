@@ -20,14 +20,10 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
-import os
 import signal
 import sys
-import time
 import zoneinfo
 from collections.abc import Iterable
-from functools import partial
-from pathlib import Path
 from typing import Any
 
 import attrs
@@ -39,15 +35,14 @@ from daemon import systemd
 from daemon.config import Config, ConfigError, DaemonConfig, PeriodicConfig, load_config
 from daemon.config_watch import ConfigFileWatch
 from daemon.core import Core
+from daemon.launch import claim_resources, open_store
+from daemon.logs import configure_logging
 from daemon.periodic import PeriodicScheduler
-from daemon.pid_lock import PidLock
 from daemon.reload import decide
-from daemon.startup import StartupError, connection_cap, raise_file_limit, reason
+from daemon.startup import StartupError
 from daemon.store.checkpointer import Checkpointer
-from daemon.store.health import StoreUnavailable
-from daemon.store.opening import open_database
-from daemon.transport.http_server import bind_http, close_sockets, serve_http
-from daemon.transport.socket_server import SocketServer, bind_unix_socket, listener_from_fd
+from daemon.transport.http_server import serve_http
+from daemon.transport.socket_server import SocketServer
 from daemon.verbs.budgets import provision
 from daemon.verbs.periodic import fire_enqueue
 
@@ -89,8 +84,8 @@ class Daemon:
         fds = systemd.listen_fds()
         try:
             with contextlib.ExitStack() as claimed:  # released last: locks, listeners
-                listener, http_sockets, max_connections = _claim(cfg, fds, claimed)
-                db = _open_store(cfg)
+                listener, http_sockets, max_connections = claim_resources(cfg, fds, claimed)
+                db = open_store(cfg)
                 try:
                     await self._serve(cfg, db, clock, listener, http_sockets, max_connections,
                                       socket_passed=bool(fds), task_status=task_status)  # fmt: skip
@@ -294,52 +289,6 @@ async def _loop_probe(core: Core, interval: float) -> None:
         core.metrics.observe_lag(max(0.0, trio.current_time() - due))
 
 
-def configure_logging(debug: bool = False) -> None:
-    """journald-friendly logs: no timestamps when systemd adds its own."""
-    fmt = "%(levelname)s %(name)s: %(message)s"
-    if not os.environ.get("JOURNAL_STREAM"):
-        fmt = "%(asctime)s " + fmt
-    logging.basicConfig(level=logging.INFO, format=fmt, stream=sys.stderr)
-    if debug:
-        logging.getLogger("sluicegate").setLevel(logging.DEBUG)
-    # trio's serve_listeners (hypercorn's accept loop) logs every accept that
-    # finds no free descriptor, with a traceback, ten times a second.
-    logging.getLogger("trio.serve_listeners").addFilter(OncePerEpisode())
-
-
-class OncePerEpisode(logging.Filter):
-    """Let one record through per ``quiet_s`` seconds, without its traceback."""
-
-    def __init__(self, quiet_s: float = 60.0) -> None:
-        super().__init__()
-        self.quiet_s = quiet_s
-        self._last = -float("inf")
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        now = time.monotonic()
-        if now - self._last < self.quiet_s:
-            return False
-        self._last = now
-        record.exc_info = None
-        record.exc_text = None
-        return True
-
-
-def _remove_if_failed(state: Path, exc_type: type[BaseException] | None, *_: Any) -> None:
-    """A state directory this start created, removed when the start failed.
-
-    Only our lock files may be in it then (the store is opened after every
-    check): anything else means it is no longer ours to remove.
-    """
-    if exc_type is None or not issubclass(exc_type, StartupError):
-        return
-    for name in ("sluicegate.lock", "sluicegate.sock.lock"):
-        with contextlib.suppress(OSError):
-            (state / name).unlink()
-    with contextlib.suppress(OSError):
-        state.rmdir()  # refused unless empty
-
-
 def periodic_scheduler(core: Core, entries: Iterable[PeriodicConfig]) -> PeriodicScheduler:
     """The config's periodic entries, fired through the verb layer's enqueue."""
     return PeriodicScheduler(
@@ -349,71 +298,6 @@ def periodic_scheduler(core: Core, entries: Iterable[PeriodicConfig]) -> Periodi
         enqueue=fire_enqueue(core),
         fired=core.metrics.periodic_fired,
     )
-
-
-def _claim(
-    cfg: DaemonConfig, fds: list[int], claimed: contextlib.ExitStack
-) -> tuple[trio.SocketListener, Any, int]:
-    """Everything the daemon needs before its store: the file limit and the
-    connection cap, the locks, the HTTP sockets, the unix socket. Each is
-    released by ``claimed``; a failure is a :class:`StartupError`."""
-    nofile = raise_file_limit()
-    max_connections, warning = connection_cap(cfg.max_connections, nofile)
-    if warning:
-        log.warning("%s", warning)
-    state = cfg.state_path()
-    fresh = not state.exists()
-    try:
-        state.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise StartupError(f"cannot create state directory {state}: {reason(exc)}") from exc
-    if fresh:
-        # A start that fails leaves nothing behind: unwound last, after the locks.
-        claimed.push(partial(_remove_if_failed, state))
-    if not os.access(state, os.W_OK | os.X_OK):
-        raise StartupError(f"state directory {state} is not writable")
-    lock = PidLock(state / "sluicegate.lock", f"state directory {state}")
-    lock.acquire()
-    claimed.callback(lock.release)
-    sock_path = cfg.socket_path()
-    if not fds:
-        # One daemon per socket path too, whatever its state directory, even
-        # after the socket file was deleted: a lock beside the socket.
-        try:
-            sock_path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise StartupError(
-                f"cannot create socket directory {sock_path.parent}: {reason(exc)}"
-            ) from exc
-        sock_lock = PidLock(sock_path.with_name(sock_path.name + ".lock"), f"socket {sock_path}")
-        sock_lock.acquire()
-        claimed.callback(sock_lock.release)
-    http_sockets = None
-    if cfg.http:
-        http_sockets = bind_http(cfg)
-        claimed.callback(close_sockets, http_sockets)
-    if fds:
-        # A socket systemd passed us is systemd's to keep: never unlinked.
-        listener = listener_from_fd(fds[0])
-    else:
-        listener, socket_file = bind_unix_socket(sock_path)
-        # Unlinked at exit only if the path is still the file we bound.
-        claimed.callback(socket_file.remove)
-    claimed.callback(listener.socket.close)
-    return listener, http_sockets, max_connections
-
-
-def _open_store(cfg: DaemonConfig) -> Any:
-    """The database, or a :class:`StartupError` naming its path and the cause."""
-    path = cfg.database_path()
-    try:
-        return open_database(path, cfg.synchronous, autocheckpoint=False,
-                             journal_size_limit=cfg.wal_max_bytes)  # fmt: skip
-    except StoreUnavailable as exc:  # its message names the path and the cause
-        raise StartupError(str(exc)) from exc
-    except OSError as exc:
-        cause = reason(exc) if isinstance(exc, OSError) else str(exc)
-        raise StartupError(f"cannot open the database {path}: {cause}") from exc
 
 
 def serve(config_path: str | None = None, *, http: str | None = None, debug: bool = False) -> int:

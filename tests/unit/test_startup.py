@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from daemon.main import OncePerEpisode
+from daemon.logs import OncePerEpisode
 from daemon.pid_lock import PidLock, read_pid
 from daemon.startup import (
     MIN_RESERVE_FDS,
