@@ -17,9 +17,9 @@ from actors.limits import JOB_ID_LEN
 from daemon.admission import quotas
 from daemon.store.interface import JobRow, Tx
 from daemon.store.rows import to_wire
+from daemon.verbs.args import between, name, text
 from daemon.verbs.reading import page
 from daemon.verbs.table import Call, Plan, answer_now, verb
-from daemon.wire import between, name, text
 
 if TYPE_CHECKING:
     from daemon.core import Core
