@@ -1,7 +1,8 @@
 """The limits of names and arguments, defined once (PROTOCOL.md).
 
-The wire's attrs validators (:mod:`daemon.wire`), the hot verbs' hand-written
-checks (:mod:`daemon.verbs.fast_args`), the config file (:mod:`daemon.config`),
+The verbs' argument checks (:mod:`daemon.verbs.args`: the attrs validators and
+the hot verbs' fast checks), the wide-integer check of the transports
+(:mod:`daemon.transport.wide_ints`), the config file (:mod:`daemon.config`),
 the budget-spec parser (:mod:`actors.budget`) and the CLI's argument types all
 read their bounds here, so a limit changes in one place. Standard library only:
 the client imports it too.
@@ -23,6 +24,11 @@ NAME_RULE = "1-128 characters of [A-Za-z0-9._:-]"
 #: store's 64-bit integers once added to now.
 MAX_INSTANT_MS = 253_402_300_799_999
 MAX_DURATION_MS = 3_155_760_000_000
+
+#: The integers a request may carry anywhere (payloads, results, arguments):
+#: what orjson reads and writes exactly.
+INT_MIN = -(2**63)
+INT_MAX = 2**64 - 1
 
 #: A job's priority (lower runs first) and its default.
 PRIORITY = (0, 65535)

@@ -25,7 +25,7 @@ AREAS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("SQLite statements (daemon/store/jobs.py)", ("(daemon/store/jobs.py",)),
     ("BEGIN/COMMIT and the commit loop", ("GroupCommit._run", "GroupCommit._commit")),
     ("argument structuring (cattrs, attrs validators)",
-     ("cattrs", "attrs generated methods daemon", "daemon/wire.py", "daemon/strict.py",
+     ("cattrs", "attrs generated methods daemon", "daemon/verbs/args.py", "daemon/strict.py",
       "daemon/validation.py")),
     ("job id minting", ("base64", "actors/ids.py", "random.py")),
     ("socket send", ("Connection.send", "_write_loop")),

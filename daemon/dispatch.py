@@ -22,8 +22,8 @@ from actors.limits import NAME_RE, NAME_RULE
 from daemon.admission.admin_limit import ADMIN_WRITES
 from daemon.session import Session
 from daemon.verbs import VERBS, Call
+from daemon.verbs.args import structure
 from daemon.verbs.table import Later, Plan
-from daemon.wire import structure
 
 if TYPE_CHECKING:
     from actors.router import EventSink

@@ -3,11 +3,12 @@
 Every verb the HTTP transport serves appears as ``POST /v1/ops/<verb>`` with a
 request body schema made from its argument class (:func:`args_schema`): attrs
 field types give the JSON types, a field without a default is required, the
-wire validators give bounds (:func:`daemon.wire.between`), lengths
-(:func:`daemon.wire.text`) and the name pattern (:func:`daemon.wire.name`), and
-unknown keys are refused (``additionalProperties: false``, as the strict
-converter does). A new verb therefore appears without editing anything here;
-:mod:`daemon.openapi_shapes` gives its answer a shape where one is known.
+argument validators give bounds (:func:`daemon.verbs.args.between`), lengths
+(:func:`daemon.verbs.args.text`) and the name pattern
+(:func:`daemon.verbs.args.name`), and unknown keys are refused
+(``additionalProperties: false``, as the strict converter does). A new verb
+therefore appears without editing anything here; :mod:`daemon.openapi_shapes`
+gives its answer a shape where one is known.
 
 The REST faces (jobs, budgets, admission policies, the quota), ``/healthz``,
 ``/metrics`` and this document are listed in :func:`_rest_paths`, their bodies
@@ -44,7 +45,7 @@ from daemon.openapi_shapes import (
     ref,
 )
 from daemon.verbs import VERBS
-from daemon.wire import between, json_value, name, text
+from daemon.verbs.args import between, json_value, name, text
 
 #: Verbs the HTTP transport refuses (they need a connection of their own).
 SOCKET_ONLY = frozenset({"hello", "subscribe"})
@@ -62,7 +63,7 @@ _DESCRIPTIONS = {
 
 
 def _validator_schema(validator: Any) -> Schema:
-    """What a wire validator adds to a field's schema (a verb's own check: nothing)."""
+    """What an argument validator adds to a field's schema (a verb's own check: nothing)."""
     if validator is None or validator is json_value:
         return {}
     if validator is name:

@@ -21,10 +21,7 @@ import attrs
 import orjson
 
 from actors.errors import Refused, invalid
-
-#: The integers a request may carry: what orjson reads and writes exactly.
-INT_MIN = -(2**63)
-INT_MAX = 2**64 - 1
+from actors.limits import INT_MAX, INT_MIN
 
 _MAYBE_WIDE = re.compile(rb"\d{19}")
 _TOKEN = re.compile(

@@ -4,7 +4,6 @@ from daemon.verbs import (  # noqa: F401
     audit,
     budgets,
     dead,
-    fast_args,
     periodic,
     policies,
     producing,

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from actors.errors import invalid
+from daemon.verbs.args import between, name
 from daemon.verbs.table import Call, Plan, answer_now, verb
-from daemon.wire import between, name
 
 if TYPE_CHECKING:
     from daemon.services import Services

@@ -22,8 +22,8 @@ from actors.budgets import Budget
 from actors.errors import Refused, invalid, not_found
 from actors.limits import MAX_TOKENS
 from daemon.store.interface import Tx
+from daemon.verbs.args import between, name
 from daemon.verbs.table import Call, NoArgs, Plan, answer_now, verb
-from daemon.wire import between, name
 
 if TYPE_CHECKING:
     from daemon.services import Services

@@ -16,9 +16,9 @@ from actors.errors import Refused, invalid, not_found
 from actors.limits import JOB_ID_LEN
 from daemon.store.interface import JobRow, Tx
 from daemon.store.rows import to_wire
+from daemon.verbs.args import between, name, text
 from daemon.verbs.reading import page
 from daemon.verbs.table import Call, Plan, answer_now, verb
-from daemon.wire import between, name, text
 
 if TYPE_CHECKING:
     from daemon.services import Services

@@ -20,8 +20,8 @@ from actors.errors import Refused, not_found
 from actors.namespace import retry_after_s
 from actors.policy import PolicyState, parse_policy
 from daemon.store.interface import Tx
+from daemon.verbs.args import name
 from daemon.verbs.table import ANY, Call, NoArgs, Plan, answer_now, verb
-from daemon.wire import name
 
 if TYPE_CHECKING:
     from daemon.services import Services

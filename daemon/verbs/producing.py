@@ -32,9 +32,17 @@ from actors.limits import (
 )
 from daemon.store.interface import JobRow, Tx
 from daemon.store.rows import as_row, dumps, to_wire
+from daemon.verbs.args import (
+    between,
+    fast_enqueue,
+    fast_enqueue_many,
+    json_value,
+    name,
+    register_fast,
+    text,
+)
 from daemon.verbs.budgets import create_budget, strategy_refused
 from daemon.verbs.table import Call, Plan, verb
-from daemon.wire import between, json_value, name, text
 
 if TYPE_CHECKING:
     from daemon.services import Services
@@ -118,6 +126,10 @@ class EnqueueManyArgs:
     def __attrs_post_init__(self) -> None:
         if not 1 <= len(self.jobs) <= MAX_BATCH:
             raise invalid("jobs", f"jobs must hold 1-{MAX_BATCH} jobs, got {len(self.jobs)}")
+
+
+register_fast(EnqueueArgs, fast_enqueue)
+register_fast(EnqueueManyArgs, fast_enqueue_many)
 
 
 def resolve_bindings(core: Services, tx: Tx, actor: str, namespace: str,

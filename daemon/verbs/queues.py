@@ -8,9 +8,9 @@ import attrs
 
 from actors.limits import MAX_DURATION_MS
 from daemon.store.interface import Tx
+from daemon.verbs.args import between, name
 from daemon.verbs.reading import queue_rows
 from daemon.verbs.table import Call, NoArgs, Plan, answer_now, verb
-from daemon.wire import between, name
 
 if TYPE_CHECKING:
     from daemon.services import Services

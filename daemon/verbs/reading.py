@@ -10,9 +10,9 @@ from actors import lifecycle as lc
 from actors.errors import Refused, invalid, not_found
 from actors.limits import JOB_ID_LEN
 from daemon import __version__
+from daemon.verbs.args import between, name, text
 from daemon.verbs.table import ANY, Call, NoArgs, Plan, answer_now, verb
 from daemon.verbs.working import _queue_names
-from daemon.wire import between, name, text
 
 if TYPE_CHECKING:
     from daemon.services import Services

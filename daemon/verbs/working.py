@@ -30,8 +30,17 @@ from actors.router import Waiter
 from daemon.admission.pipeline import Claimed
 from daemon.store.interface import JobRow, StaleRow, Tx
 from daemon.store.rows import dumps, to_wire
+from daemon.verbs.args import (
+    between,
+    fast_claim_next,
+    fast_complete,
+    fast_complete_many,
+    json_value,
+    name,
+    register_fast,
+    text,
+)
 from daemon.verbs.table import Call, Later, Plan, verb
-from daemon.wire import between, json_value, name, text
 
 if TYPE_CHECKING:
     from daemon.services import Services
@@ -84,6 +93,11 @@ class CompleteManyArgs:
             raise invalid(
                 "jobs", f"jobs must hold 1-{MAX_COMPLETIONS} completions, got {len(self.jobs)}"
             )
+
+
+register_fast(ClaimNextArgs, fast_claim_next)
+register_fast(CompleteArgs, fast_complete)
+register_fast(CompleteManyArgs, fast_complete_many)
 
 
 @attrs.frozen

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, settings
 
 from daemon.openapi import SOCKET_ONLY, args_schema, openapi_document
 from daemon.verbs import VERBS
-from daemon.wire import between, name, text
+from daemon.verbs.args import between, name, text
 from tests.support import DaemonProcess
 
 #: Examples per operation: about 40 operations, so a few hundred requests in all.

@@ -1,4 +1,4 @@
-"""daemon/wire.py: strict structuring of verb arguments; refusals name the field."""
+"""daemon/verbs/args.py: strict structuring of verb arguments; refusals name the field."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from actors.errors import Refused
+from daemon.verbs.args import structure
 from daemon.verbs.producing import EnqueueArgs, EnqueueManyArgs
 from daemon.verbs.working import ClaimNextArgs, FailArgs
-from daemon.wire import structure
 
 JOB = {"queue": "q", "type": "t"}
 
