@@ -1,11 +1,12 @@
-"""The board's Starlette app: routes, sign-in, CSRF, and the page handlers.
+"""The board's Starlette app: its routes, the read-only pages, sign-in and live updates.
 
 :class:`daemon.transport.http_app.HttpApp` hands it ``GET /`` and every path under
 ``/board``. Pages are rendered on the server with Jinja2 from
-:mod:`daemon.board.views`; the editors are plain HTML forms that post,
-redirect, and work without JavaScript; the static script only adds local
-times, focus on a returned-to control, and live updates over SSE. No inline
-script or style anywhere (the Content-Security-Policy forbids them).
+:mod:`daemon.board.views`; the editors (:mod:`daemon.board.editors`) are plain
+HTML forms that post, redirect, and work without JavaScript; the static script
+only adds local times, focus on a returned-to control, and live updates over
+SSE. No inline script or style anywhere (the Content-Security-Policy forbids
+them). What every handler goes through is :mod:`daemon.board.plumbing`.
 
 Routes::
 
@@ -27,65 +28,36 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
 
-import jinja2
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.templating import Jinja2Templates
 
 from actors.errors import Refused
-from actors.window import WEEKDAYS
-from daemon.board import forms, live, present, views
-from daemon.board.access import COOKIE, BoardSessions, cookie_header, new_id
-from daemon.board.reads import charge, read, write
+from daemon.board import live, views
+from daemon.board.access import COOKIE, cookie_header
+from daemon.board.editors import BoardEditors
+from daemon.board.plumbing import HERE
+from daemon.board.reads import charge
 from daemon.session import Session
 
 if TYPE_CHECKING:
     from daemon.services import Services
 
-HERE = Path(__file__).parent
 #: Where sign-in may send the browser back to: the board's own pages.
 LOCAL_PATH = re.compile(r"/|/board(/[A-Za-z0-9._:%/-]*)?")
 Handler = Callable[[Request], Awaitable[Response]]
-#: Notices a redirect may ask a page to show (never text from the request).
-NOTICES = {
-    "saved": "Policy saved.",
-    "cleared": "Policy removed.",
-    "budget": "Budget saved.",
-    "replayed": "Dead letter replayed.",
-    "cancelled": "Nothing changed.",
-}
 
 
-class Board:
+class Board(BoardEditors):
     """The board of one daemon: its sessions, its live pulse and its app."""
 
     def __init__(self, core: Services) -> None:
-        self.core = core
-        self.sessions = BoardSessions(core)
+        super().__init__(core)
         self.pulse = live.Pulse(core)
-        env = jinja2.Environment(
-            loader=jinja2.FileSystemLoader(HERE / "templates"),
-            autoescape=True,
-            trim_blocks=True,
-            lstrip_blocks=True,
-        )
-        env.filters.update(
-            zone=present.in_zone,
-            utc=present.utc,
-            iso=present.iso,
-            limit=present.limit,
-            word=present.status_word,
-        )
-        env.globals.update(weekdays=WEEKDAYS, quote=lambda s: quote(str(s), safe=""))
-        self.env = env
-        self.templates = Jinja2Templates(env=env)
         q = "/board/ns/{ns}/q/{queue}"
         self.app = Starlette(
             routes=[
@@ -109,92 +81,6 @@ class Board:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         await self.app(scope, receive, send)
-
-    # -- plumbing -----------------------------------------------------------------
-
-    def _cookie(self, request: Request) -> tuple[str, bool]:
-        """The browser's cookie, or a fresh one (True: it must be set)."""
-        cookie = request.cookies.get(COOKIE)
-        if cookie and 20 <= len(cookie) <= 100:
-            return cookie, False
-        return new_id(), True
-
-    def render(
-        self,
-        request: Request,
-        name: str,
-        context: dict[str, Any],
-        status: int = 200,
-        session: Session | None = None,
-    ) -> Response:
-        """A page, with the CSRF token of the browser's cookie."""
-        cookie, fresh = self._cookie(request)
-        context = {
-            **context,
-            "csrf": self.sessions.csrf(cookie),
-            "viewer": session,
-            "open_mode": self.sessions.open_mode,
-            "notice": NOTICES.get(request.query_params.get("notice", "")),
-        }
-        response = self.templates.TemplateResponse(request, name, context, status_code=status)
-        response.headers["cache-control"] = "no-store"
-        if fresh:
-            response.headers.append("set-cookie", cookie_header(cookie))
-        return response
-
-    def session_of(self, request: Request) -> Session | None:
-        """The signed-in session of the request (open mode: the open session)."""
-        return self.sessions.session(request.cookies.get(COOKIE))
-
-    def to_signin(self, request: Request) -> Response:
-        """Off to sign in, coming back here afterwards."""
-        back = request.url.path
-        return RedirectResponse(f"/board/signin?next={quote(back, safe='/')}", status_code=303)
-
-    def refused(self, request: Request, refused: Refused, session: Session | None) -> Response:
-        """A refusal as a page (sign-in for ``unauthenticated``)."""
-        if refused.code == "unauthenticated":
-            return self.to_signin(request)
-        response = self.render(request, "error.html", {"refused": refused}, refused.status, session)
-        if "retry_after" in refused.details:
-            response.headers["retry-after"] = str(refused.details["retry_after"])
-        return response
-
-    async def _form(self, request: Request) -> dict[str, str] | Response:
-        """The posted form, or the refusal page when its CSRF token does not match
-        the browser's cookie (a cross-site or stale form)."""
-        form = forms.parse(await request.body())
-        if not self.sessions.csrf_ok(request.cookies.get(COOKIE), form.get("csrf")):
-            refused = Refused(
-                "forbidden",
-                "This form has expired or came from another site. "
-                "Reload the page and submit it again.",
-            )
-            return self.refused(request, refused, self.session_of(request))
-        return form
-
-    async def _write(
-        self, request: Request, session: Session, op: str, ns: str, **args: Any
-    ) -> dict[str, Any]:
-        """A form's write: through the dispatcher, the caller's address for the
-        admin write limit."""
-        return await write(self.core, session, op, ns, client=_client(request), **args)
-
-    async def _guard(
-        self,
-        request: Request,
-        handler: Callable[[Session], Awaitable[Response]],
-        ns: str | None = None,
-    ) -> Response:
-        """Run ``handler`` for the signed-in session, charging the door once."""
-        session = self.session_of(request)
-        if session is None:
-            return self.to_signin(request)
-        try:
-            charge(self.core, session, ns)
-            return await handler(session)
-        except Refused as refused:
-            return self.refused(request, refused, session)
 
     # -- pages --------------------------------------------------------------------
 
@@ -257,110 +143,6 @@ class Board:
             request, "audit.html",
             lambda s: {"ns": ns, "audit": views.audit(self.core, s, ns, after)}, ns,
         )  # fmt: skip
-
-    # -- editors ------------------------------------------------------------------
-
-    async def policy_edit(self, request: Request) -> Response:
-        """The policy editor: a full page; saves over a plain form post."""
-        ns, queue = request.path_params["ns"], request.path_params["queue"]
-        back = f"/board/ns/{quote(ns)}/q/{quote(queue)}"
-
-        async def page(session: Session) -> Response:
-            current = views.headers(self.core, session, ns, queue)
-            if not current and request.method == "GET":
-                read(self.core, session, "status", ns)  # an unknown namespace: its refusal
-            policy = current[0]["policy"] if current else None
-            values, error, field, status = forms.policy_form(policy), None, None, 200
-            if request.method == "POST":
-                form = await self._form(request)
-                if isinstance(form, Response):
-                    return form
-                action = form.get("action", "save")
-                try:
-                    if action == "clear":
-                        await self._write(request, session, "policy_clear", ns, queue=queue)
-                        return RedirectResponse(f"{back}?notice=cleared#edit-policy", 303)
-                    args = forms.policy_args(form)
-                    await self._write(request, session, "policy_set", ns, queue=queue, **args)
-                    return RedirectResponse(f"{back}?notice=saved#edit-policy", 303)
-                except Refused as refused:
-                    values, error, field, status = _refill(refused, values, form)
-            audit = views.maybe_audit(self.core, session, ns, "queue", queue)
-            return self.render(
-                request,
-                "policy_edit.html",
-                {
-                    "ns": ns,
-                    "queue": queue,
-                    "policy": policy,
-                    "values": values,
-                    "error": error,
-                    "field": field,
-                    "back": back,
-                    "audit": audit,
-                },
-                status,
-                session,
-            )
-
-        return await self._guard(request, page, ns)
-
-    async def budget_edit(self, request: Request) -> Response:
-        """The budget editor: a full page; saves over a plain form post."""
-        ns, key = request.path_params["ns"], request.path_params["key"]
-        back = f"/board/ns/{quote(ns)}/budgets"
-
-        async def page(session: Session) -> Response:
-            data = views.budget(self.core, session, ns, key)
-            values, error, field, status = forms.budget_form(data["budget"]), None, None, 200
-            if request.method == "POST":
-                form = await self._form(request)
-                if isinstance(form, Response):
-                    return form
-                try:
-                    args = forms.budget_args(form)
-                    await self._write(request, session, "budget_put", ns, key=key, **args)
-                    return RedirectResponse(f"{back}?notice=budget#edit-budget-{quote(key)}", 303)
-                except Refused as refused:
-                    values, error, field, status = _refill(refused, values, form)
-            return self.render(
-                request,
-                "budget_edit.html",
-                {
-                    "ns": ns,
-                    "key": key,
-                    "values": values,
-                    "error": error,
-                    "field": field,
-                    "back": back,
-                    **data,
-                },
-                status,
-                session,
-            )
-
-        return await self._guard(request, page, ns)
-
-    async def replay(self, request: Request) -> Response:
-        """Replay one dead letter (or all of the queue's), then back to the queue."""
-        ns, queue = request.path_params["ns"], request.path_params["queue"]
-
-        async def page(session: Session) -> Response:
-            form = await self._form(request)
-            if isinstance(form, Response):
-                return form
-            job_id = form.get("job_id", "")
-            if job_id:
-                await self._write(
-                    request, session, "dead_replay", ns, job_ids=[job_id], queue=queue
-                )
-            else:
-                await self._write(request, session, "dead_replay", ns, all=True, queue=queue)
-            return RedirectResponse(
-                f"/board/ns/{quote(ns)}/q/{quote(queue)}?notice=replayed#dead", 303
-            )
-
-        return await self._guard(request, page, ns)
 
     # -- sign-in --------------------------------------------------------------------
 
@@ -446,20 +228,3 @@ class Board:
 def board_app(core: Services) -> Board:
     """The board for ``core`` (built once per HTTP app)."""
     return Board(core)
-
-
-def _client(request: Request) -> str | None:
-    """The HTTP caller's address (keys the admin write limit in open mode)."""
-    return request.client.host if request.client is not None else None
-
-
-def _refill(
-    refused: Refused, values: dict[str, Any], form: dict[str, str]
-) -> tuple[dict[str, Any], str, str | None, int]:
-    """An editor's form shown again after the verb refused it: the values as
-    typed, the message, the field it names and the status. A refusal a form
-    cannot help with (forbidden, not found) goes on to the error page."""
-    if refused.code not in ("invalid_argument", "conflict", "rate_limited"):
-        raise refused
-    typed = {**values, **{k: v for k, v in form.items() if k in values}}
-    return typed, refused.message, forms.field_of(refused), refused.status

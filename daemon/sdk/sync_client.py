@@ -1,66 +1,44 @@
-"""The blocking client: the stdlib socket, one connection, pipelining by request id.
+"""The blocking client: the verbs as methods, over one stdlib-socket connection.
 
-``call`` sends a request and waits for its answer, retrying 429s as
-:class:`~daemon.sdk.retry.RetryPolicy` says. ``submit`` and ``result`` split
-the two halves so many requests can be in flight at once: answers are routed
-by id, and the ones that arrive before their caller asks are kept until it
-does. Server-push events (doorbells after ``subscribe``) go to ``on_event``,
-or into :attr:`Client.events` when there is no callback.
+:class:`Client` is a :class:`~daemon.sdk.sync_connection.SyncConnection`
+(pipelining by request id, retries of 429s, reconnecting after an idle close)
+with one method per verb. What each verb sends and how its answer reads is
+:mod:`daemon.sdk.verbs`', shared with the Trio client; claims come back as
+:class:`~daemon.sdk.job.Job` handles.
 
 A ``Client`` is not thread-safe: use one per thread.
 
-The daemon closes a connection that stays idle for ``[daemon] idle_timeout``
-(nothing in flight, no waiting claim, no subscription), without a word. A
-client opened from a socket path then connects again by itself: before it
-sends a request with nothing outstanding it peeks for the daemon's EOF
-(reading nothing), and a send that fails with a broken pipe while nothing
-else was outstanding is treated the same way (a failed send stops before the
-line's newline, so the daemon never read it). It reconnects to the same path,
-says ``hello`` again with the token and client name of the last successful
-``hello``, and sends the request: at most once per request. Nothing that may
-have reached the daemon is ever sent again: a connection lost with a request
-in flight raises :class:`ConnectionLost`, as does one opened over a caller's
-``sock``, one that subscribed (subscriptions die with their connection), or
-one the caller closed.
+::
+
+    with Client() as client:
+        client.enqueue("images", "resize", {"id": 7})
+        for job in client.claim_next(["images"], wait_ms=30_000):
+            job.complete({"ok": True})
 """
 
 from __future__ import annotations
 
-import logging
-import os
-import socket as stdsocket
-import time
-from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from pathlib import Path
-from typing import Any, Unpack
+from collections.abc import Iterable, Mapping, Sequence
+from functools import partial
+from typing import Any, TypeVar, Unpack
 
-from daemon.sdk.errors import ConnectionLost, SluicegateError
+from daemon.sdk import verbs
 from daemon.sdk.job import Claimed, Job
-from daemon.sdk.paths import resolve_socket, resolve_token
-from daemon.sdk.protocol import (
-    Answer,
-    ClientProtocol,
-    Fatal,
-    Incoming,
-    JobOptions,
-    Orphaned,
-    PushEvent,
-    drop_none,
-    job_spec,
+from daemon.sdk.protocol import JobOptions
+from daemon.sdk.sync_connection import (
+    CLIENT_TIMEOUT,
+    EventCallback,
+    RetryCallback,
+    SyncConnection,
 )
-from daemon.sdk.retry import RetryPolicy
+from daemon.sdk.verbs import Verb
 
-log = logging.getLogger("sluicegate.client")
-EventCallback = Callable[[dict[str, Any]], None]
-RECEIVE_BYTES = 65536
-#: Told of a refused attempt about to be retried: (error, attempt from 1, delay in s).
-RetryCallback = Callable[[SluicegateError, int, float], None]
-#: ``result``'s default timeout: the client's own.
-CLIENT_TIMEOUT: Any = object()
+__all__ = ["CLIENT_TIMEOUT", "Client", "EventCallback", "RetryCallback"]
+
+T = TypeVar("T")
 
 
-class Client:
+class Client(SyncConnection):
     """A blocking connection to the daemon's unix socket.
 
     ``socket``, ``config`` and ``token`` are resolved as
@@ -72,174 +50,24 @@ class Client:
     use instead of resolving and connecting one (such a client never reconnects).
     """
 
-    def __init__(
-        self,
-        socket: str | os.PathLike[str] | None = None,
-        *,
-        token: str | None = None,
-        config: str | os.PathLike[str] | None = None,
-        client_name: str | None = None,
-        timeout: float | None = 30.0,
-        retry: RetryPolicy | None = None,
-        on_event: EventCallback | None = None,
-        sleep: Callable[[float], None] = time.sleep,
-        sock: stdsocket.socket | None = None,
-        on_retry: RetryCallback | None = None,
-    ) -> None:
-        self.path: Path | None = None
-        self.timeout = timeout
-        self.retry = retry or RetryPolicy()
-        self.on_event = on_event
-        #: Events received while no ``on_event`` callback is set (the newest 1000).
-        self.events: deque[dict[str, Any]] = deque(maxlen=1000)
-        self._sleep = sleep
-        self._on_retry = on_retry
-        self._proto = ClientProtocol()
-        self._answers: dict[int, Answer] = {}
-        self._lost: SluicegateError | None = None
-        self._fatal: SluicegateError | None = None
-        #: Requests registered with the protocol whose line never reached the daemon.
-        self._unsent = 0
-        self._closed = False
-        self._subscribed = False
-        #: The last successful ``hello``'s arguments, said again on a new connection.
-        self._hello_args: dict[str, Any] | None = None
-        self._needs_hello = False
-        if sock is None:
-            self.path = resolve_socket(socket, config)
-            sock = _open(self.path, timeout)
-        self._sock = sock
-        token = resolve_token(token)
-        if token or client_name:
-            try:
-                self.hello(token=token, client=client_name)
-            except BaseException:
-                self.close()
-                raise
-
-    # -- connection ----------------------------------------------------------
-
-    def close(self) -> None:
-        """Close the connection (answers still owed are dropped)."""
-        self._closed = True
-        self._sock.close()
-        if self._lost is None:
-            self._lost = ConnectionLost("the client closed the connection")
-
-    def __enter__(self) -> Client:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    @property
-    def outstanding(self) -> int:
-        """Requests sent and not answered yet, abandoned ones included."""
-        return self._proto.outstanding - self._unsent
-
-    # -- requests ------------------------------------------------------------
-
-    def submit(self, op: str, **args: Any) -> int:
-        """Send a request without waiting; return its id for :meth:`result`.
-
-        A connection the daemon closed while nothing was outstanding is opened
-        again first (see the module docstring).
-        """
-        reopened = self._restore(op)
-        if op == "subscribe":
-            self._subscribed = True  # server state that a new connection would not have
-        req_id, line = self._proto.request(op, args)
-        error = self._try_send(line)
-        if error is not None:
-            if isinstance(error, BrokenPipeError | ConnectionResetError):
-                # A send that fails stops before the line's last byte, its newline:
-                # the daemon never read this request.
-                self._unsent += 1
-            lost = self._lose(f"cannot send: {error}")
-            if reopened or not self._may_reconnect():
-                raise lost
-            self._restore(op)
-            self._send(line)
-            self._unsent -= 1
-        return req_id
-
-    def result(self, req_id: int, timeout: float | None = CLIENT_TIMEOUT) -> dict[str, Any]:
-        """Wait for the answer to ``req_id``; return the verb's result or raise its error.
-
-        ``timeout`` defaults to the client's; on expiry the request is abandoned
-        (a late answer is dropped, and jobs a late claim took are released) and
-        :class:`TimeoutError` is raised.
-        """
-        timeout = self.timeout if timeout is CLIENT_TIMEOUT else timeout
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while req_id not in self._answers:
-            if self._lost is not None:
-                raise self._lost
-            try:
-                self._receive(deadline)
-            except TimeoutError:
-                self._proto.abandon(req_id)
-                raise TimeoutError(f"no answer to request {req_id} within {timeout} s") from None
-        return self._answers.pop(req_id).result()
-
-    def call(self, op: str, **args: Any) -> dict[str, Any]:
-        """Call verb ``op``; retry 429s per the retry policy; return the result."""
-        waiting = op == "claim_next" and bool(args.get("wait_ms"))
-        timeout = self.timeout
-        if timeout is not None and op == "claim_next":
-            timeout += args.get("wait_ms", 0) / 1000
-        attempt = 1
-        while True:
-            try:
-                return self.result(self.submit(op, **args), timeout)
-            except SluicegateError as exc:
-                if not self.retry.should_retry(exc, attempt, waiting=waiting):
-                    raise
-                delay = self.retry.delay(attempt, exc.retry_after)
-                if self._on_retry is not None:
-                    self._on_retry(exc, attempt, delay)
-                self._sleep(delay)
-                attempt += 1
-
-    def next_event(self, timeout: float | None = None) -> dict[str, Any] | None:
-        """The next server-push event (needs no ``on_event``); None on timeout."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while not self.events:
-            if self._lost is not None:
-                raise self._lost
-            try:
-                self._receive(deadline)
-            except TimeoutError:
-                return None
-        return self.events.popleft()
-
-    # -- verbs ---------------------------------------------------------------
-
-    def hello(self, token: str | None = None, client: str | None = None) -> dict[str, Any]:
-        """Authenticate the connection; return ``{namespace, grants, queues, ...}``.
-
-        A reconnect says the last successful ``hello`` again.
-        """
-        args = drop_none(token=token, client=client)
-        answer = self.call("hello", **args)
-        self._hello_args = args or None
-        self._needs_hello = False
-        return answer
+    def _run(self, verb: Verb[T]) -> T:
+        """Call ``verb`` and read its answer."""
+        return verb.read(self.call(verb.op, **verb.args))
 
     def enqueue(
         self, queue: str, type: str, payload: Any = None, **options: Unpack[JobOptions]
     ) -> dict[str, Any]:
         """Enqueue one job; return ``{job, duplicate, folded, shed}``."""
-        return self.call("enqueue", **job_spec(queue, type, payload, **options))
+        return self._run(verbs.enqueue(queue, type, payload, **options))
 
     def enqueue_many(self, jobs: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         """Enqueue a batch as a unit (see :func:`~daemon.sdk.protocol.job_spec`)."""
-        return self.call("enqueue_many", jobs=[dict(j) for j in jobs])["results"]
+        return self._run(verbs.enqueue_many(jobs))
 
     def complete_many(self, jobs: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         """Complete many claimed jobs (``{job_id, lease, result?}`` each) in one call;
         each result is ``{job_id, state}`` or ``{job_id, error}``, in order."""
-        return self.call("complete_many", jobs=[dict(j) for j in jobs])["results"]
+        return self._run(verbs.complete_many(jobs))
 
     def claim_next(
         self,
@@ -250,21 +78,18 @@ class Client:
         lease_ms: int | None = None,
     ) -> Claimed:
         """Claim up to ``max`` jobs, waiting up to ``wait_ms`` for work; job handles."""
-        answer = self.call(
-            "claim_next",
-            **drop_none(queues=list(queues), max=max, wait_ms=wait_ms, lease_ms=lease_ms),
+        verb = verbs.claim_next(
+            queues, max=max, wait_ms=wait_ms, lease_ms=lease_ms, make_job=partial(Job, self)
         )
-        jobs = [Job(self, item["job"], item.get("admission"), lease_ms) for item in answer["jobs"]]
-        return Claimed(jobs, answer.get("deferred"))
+        return self._run(verb)
 
     def claim(self, job_id: str, *, lease_ms: int | None = None) -> Job:
         """Claim one pending job by id."""
-        answer = self.call("claim", **drop_none(job_id=job_id, lease_ms=lease_ms))
-        return Job(self, answer["job"], answer.get("admission"), lease_ms)
+        return self._run(verbs.claim(job_id, lease_ms=lease_ms, make_job=partial(Job, self)))
 
     def get(self, job_id: str) -> dict[str, Any]:
         """One job object by id."""
-        return self.call("get", job_id=job_id)["job"]
+        return self._run(verbs.get(job_id))
 
     def list(
         self,
@@ -274,21 +99,21 @@ class Client:
         after: str | None = None,
     ) -> dict[str, Any]:
         """A page of jobs in id order: ``{jobs, next}``."""
-        return self.call("list", **drop_none(queue=queue, status=status, limit=limit, after=after))
+        return self._run(verbs.list_jobs(queue, status, limit, after))
 
     def status(self) -> dict[str, Any]:
         """The namespace at a glance: queues and their counts, the daemon."""
-        return self.call("status")
+        return self._run(verbs.status())
 
     def subscribe(self, queues: Sequence[str]) -> None:
         """Receive a doorbell event each time one of ``queues`` becomes claimable."""
-        self.call("subscribe", queues=list(queues))
+        self._run(verbs.subscribe(queues))
 
     def dead_list(
         self, queue: str | None = None, limit: int | None = None, after: str | None = None
     ) -> dict[str, Any]:
         """A page of dead letters: ``{jobs, next}``."""
-        return self.call("dead_list", **drop_none(queue=queue, limit=limit, after=after))
+        return self._run(verbs.dead_list(queue, limit, after))
 
     def dead_replay(
         self,
@@ -301,157 +126,4 @@ class Client:
     ) -> dict[str, Any]:
         """Replay dead letters by id, or ``all`` (a batch after ``after``);
         ``{results, remaining, next}``."""
-        return self.call(
-            "dead_replay",
-            **drop_none(
-                job_ids=None if job_ids is None else list(job_ids),
-                all=True if all else None,
-                queue=queue,
-                limit=limit,
-                after=after,
-            ),
-        )
-
-    # -- reconnecting ----------------------------------------------------------
-
-    def _restore(self, op: str) -> bool:
-        """Before sending ``op``: reopen a connection the daemon closed while nothing
-        was outstanding, and say ``hello`` on it. True if it reopened; raises why the
-        connection was lost if it may not reopen it."""
-        reopened = False
-        if (
-            self._lost is None
-            and self.outstanding == 0
-            and self._reopenable()
-            and self._peer_closed()
-        ):
-            self._lose("the daemon closed the connection")
-        if self._lost is not None:
-            if not self._may_reconnect():
-                raise self._lost
-            self._reopen()
-            reopened = True
-        if self._needs_hello and op != "hello":
-            assert self._hello_args is not None
-            self.hello(**self._hello_args)
-        return reopened
-
-    def _reopenable(self) -> bool:
-        return self.path is not None and not self._subscribed and not self._closed
-
-    def _may_reconnect(self) -> bool:
-        """Lost with nothing the daemon may have read unanswered, and no error of its own."""
-        return (
-            self._lost is not None
-            and self._fatal is None
-            and self.outstanding == 0
-            and self._reopenable()
-        )
-
-    def _peer_closed(self) -> bool:
-        """Whether the daemon's EOF waits to be read; reads nothing (data means open)."""
-        try:
-            self._sock.settimeout(0)
-            return not self._sock.recv(1, stdsocket.MSG_PEEK | stdsocket.MSG_DONTWAIT)
-        except BlockingIOError:
-            return False
-        except ConnectionResetError:
-            return True
-        except OSError:
-            return False  # the send will say what is wrong
-
-    def _reopen(self) -> None:
-        assert self.path is not None
-        try:
-            sock = _open(self.path, self.timeout)
-        except OSError as exc:
-            raise ConnectionLost(f"cannot reconnect to {self.path}: {exc}") from exc
-        self._sock.close()
-        self._sock = sock
-        self._lost = self._fatal = None
-        self._needs_hello = self._hello_args is not None
-        log.debug("reconnected to %s: the daemon closed the idle connection", self.path)
-
-    # -- I/O -----------------------------------------------------------------
-
-    def _send(self, data: bytes) -> None:
-        error = self._try_send(data)
-        if error is not None:
-            raise self._lose(f"cannot send: {error}")
-
-    def _try_send(self, data: bytes) -> OSError | None:
-        """Send ``data``; return why it failed, after routing the daemon's last words."""
-        try:
-            self._sock.settimeout(self.timeout)
-            self._sock.sendall(data)
-        except OSError as exc:
-            self._read_last_words()
-            return exc
-        return None
-
-    def _read_last_words(self) -> None:
-        """After a failed send: route what the daemon said before it closed the connection.
-
-        A daemon that refuses a frame as too large answers ``frame_too_large`` and
-        closes; that answer says more than the broken pipe.
-        """
-        try:
-            self._sock.settimeout(1.0)
-            while data := self._sock.recv(RECEIVE_BYTES):
-                self._route(self._proto.feed(data))
-        except OSError:
-            pass
-
-    def _receive(self, deadline: float | None) -> None:
-        """Read once and route what arrived; TimeoutError at ``deadline``."""
-        if deadline is not None:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError
-            self._sock.settimeout(remaining)
-        else:
-            self._sock.settimeout(None)
-        try:
-            data = self._sock.recv(RECEIVE_BYTES)
-        except TimeoutError:
-            raise
-        except OSError as exc:
-            raise self._lose(f"cannot receive: {exc}") from None
-        if not data:
-            raise self._lose("the daemon closed the connection")
-        self._route(self._proto.feed(data))
-
-    def _route(self, items: list[Incoming]) -> None:
-        for item in items:
-            if isinstance(item, Answer):
-                self._answers[item.req_id] = item
-            elif isinstance(item, PushEvent):
-                if self.on_event is not None:
-                    self.on_event(item.frame)
-                else:
-                    self.events.append(item.frame)
-            elif isinstance(item, Orphaned):
-                try:  # best effort: an unreleased job comes back when its lease lapses
-                    self._send(self._proto.release_orphans(item.jobs))
-                except SluicegateError:
-                    pass
-            elif isinstance(item, Fatal):
-                self._fatal = item.error
-
-    def _lose(self, why: str) -> SluicegateError:
-        # An error the daemon sent before closing (frame_too_large) says more than EOF.
-        if self._lost is None:
-            self._lost = self._fatal or ConnectionLost(why)
-        return self._lost
-
-
-def _open(path: Path, timeout: float | None) -> stdsocket.socket:
-    """A socket connected to the daemon at ``path``."""
-    sock = stdsocket.socket(stdsocket.AF_UNIX, stdsocket.SOCK_STREAM)
-    try:
-        sock.settimeout(timeout)
-        sock.connect(str(path))
-    except BaseException:
-        sock.close()
-        raise
-    return sock
+        return self._run(verbs.dead_replay(job_ids, all=all, queue=queue, limit=limit, after=after))
