@@ -92,12 +92,23 @@ class Core:
         self.budgets = Budgets()
         self.budget_gate = BudgetGate(self)
         self.namespaces = Namespaces()
-        self.door = Door(self)
-        self.admin_writes = AdminWriteLimiter(self)
+        self.door = Door(
+            clock=clock, namespaces=self.namespaces, metrics=self.metrics,
+            config=lambda: self.config, known_queues=lambda: self.known_queues,
+        )  # fmt: skip
+        self.admin_writes = AdminWriteLimiter(
+            clock=clock, metrics=self.metrics, config=lambda: self.config
+        )
         self.policies = Policies(self)
         self.watcher = SettingsWatcher(lambda: quotas.reload(self))
-        self.retention = retention.leader(self)
-        self.usage = usage.Rollup(self)
+        self.retention = retention.Retention(
+            committer=self.writer, store=self.store, counts=self.counts,
+            namespaces=self.namespaces, metrics=self.metrics, config=lambda: self.config,
+        ).leader()  # fmt: skip
+        self.usage = usage.Rollup(
+            clock=clock, committer=self.writer, namespaces=self.namespaces,
+            metrics=self.metrics, config=lambda: self.config,
+        )  # fmt: skip
         self.rollup = self.usage.ticker()
         self.recover()
 
@@ -112,7 +123,11 @@ class Core:
         self.budget_gate.recover()
         self.policies.load()
         quotas.reload(self)
-        self.metrics.bind(self)
+        self.metrics.bind(
+            clock=self.clock, counts=self.counts, budgets=self.budgets,
+            namespaces=self.namespaces, policies=self.policies, parked=self.budget_gate,
+            router=self.router, store_health=self.writer.health,
+        )  # fmt: skip
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the committer and the timers until cancelled."""

@@ -220,7 +220,7 @@ class Daemon:
         for what, write in (
             ("budgets", provision(core, self.config.budget_specs)),
             ("quotas", quotas.provision(core)),
-            ("policies", policy_provision.provision(core)),
+            ("policies", policy_provision.provision(core.policies, core.config.policy_tables)),
         ):
             try:
                 await core.writer.write(write)
