@@ -104,8 +104,13 @@ class Core:
             metrics=self.metrics, config=lambda: self.config, doorbell=self.doorbell,
             lease_hint=lambda: self.reaper.target,
         )  # fmt: skip
-        self.door = Door(self)
-        self.admin_writes = AdminWriteLimiter(self)
+        self.door = Door(
+            clock=clock, namespaces=self.namespaces, metrics=self.metrics,
+            config=lambda: self.config, known_queues=lambda: self.known_queues,
+        )  # fmt: skip
+        self.admin_writes = AdminWriteLimiter(
+            clock=clock, metrics=self.metrics, config=lambda: self.config
+        )
         self.admission = Admission(
             door=self.door, quotas=self.quotas, policies=self.policies,
             budget_gate=self.budget_gate, timers=self.timers, counts=self.counts,
@@ -119,8 +124,14 @@ class Core:
         )  # fmt: skip
         self.store.jobs.step = self.views.moved  # type: ignore[attr-defined]
         self.watcher = SettingsWatcher(self.quotas.reload)
-        self.retention = retention.leader(self)
-        self.usage = usage.Rollup(self)
+        self.retention = retention.Retention(
+            committer=self.writer, store=self.store, counts=self.counts,
+            namespaces=self.namespaces, metrics=self.metrics, config=lambda: self.config,
+        ).leader()  # fmt: skip
+        self.usage = usage.Rollup(
+            clock=clock, committer=self.writer, namespaces=self.namespaces,
+            metrics=self.metrics, config=lambda: self.config,
+        )  # fmt: skip
         self.rollup = self.usage.ticker()
         self.recover()
 
@@ -135,7 +146,11 @@ class Core:
         self.budget_gate.recover()
         self.policies.load()
         self.quotas.reload()
-        self.metrics.bind(self)
+        self.metrics.bind(
+            clock=self.clock, counts=self.counts, budgets=self.budgets,
+            namespaces=self.namespaces, policies=self.policies, parked=self.budget_gate,
+            router=self.router, store_health=self.writer.health,
+        )  # fmt: skip
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the committer and the timers until cancelled."""

@@ -214,7 +214,7 @@ class Daemon:
         for what, write in (
             ("budgets", provision(core, self.config.budget_specs)),
             ("quotas", core.quotas.provision()),
-            ("policies", policy_provision.provision(core)),
+            ("policies", policy_provision.provision(core.policies, core.config.policy_tables)),
         ):
             try:
                 await core.writer.write(write)

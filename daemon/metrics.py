@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
+import attrs
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -20,11 +21,54 @@ from prometheus_client.registry import Collector
 from actors.policy import STATUSES
 
 if TYPE_CHECKING:
-    from daemon.core import Core
+    from actors.budgets import Budgets
+    from actors.clock import Clock
+    from actors.counts import QueueCounts
+    from actors.namespace import Namespaces
+    from actors.policy import Status
+    from actors.router import ClaimRouter
+    from daemon.store.health import StoreHealth
+
+QueueKey = tuple[str, str]
 
 OTHER = "__other__"
 _WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60, 300, 3600)
 _LAG_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1)
+
+
+class PolicyStatuses(Protocol):
+    """What the gauges read of the queue policies
+    (:class:`daemon.admission.policies.Policies`)."""
+
+    @property
+    def states(self) -> Mapping[QueueKey, object]:
+        """The policy queues."""
+
+    def status(self, key: QueueKey) -> Status | None:
+        """A policy queue's admission status now."""
+
+
+class ParkedJobs(Protocol):
+    """What the gauges read of the budget gate
+    (:class:`daemon.admission.budget_gate.BudgetGate`)."""
+
+    @property
+    def parked_by_queue(self) -> Mapping[QueueKey, Mapping[str, int]]:
+        """Jobs parked per queue and budget."""
+
+
+@attrs.frozen
+class GaugeSources:
+    """What the gauges read at scrape time (never the store: in-memory state only)."""
+
+    clock: Clock
+    counts: QueueCounts
+    budgets: Budgets
+    namespaces: Namespaces
+    policies: PolicyStatuses
+    parked: ParkedJobs
+    router: ClaimRouter
+    store_health: StoreHealth
 
 
 class QueueLabels:
@@ -123,15 +167,30 @@ class Metrics:
         )
         self._children: dict[tuple[Counter | Histogram, str], Any] = {}
         self.lag_samples: deque[float] = deque(maxlen=100_000)
-        self._core: Core | None = None
+        self._gauges: _Gauges | None = None
 
-    def bind(self, core: Core) -> None:
-        """Read gauges from ``core`` at scrape time."""
-        if self._core is None:
-            self.registry.register(
-                _Gauges(core, self.label, self.budget_label, self.namespace_label)
-            )
-        self._core = core
+    def bind(
+        self,
+        *,
+        clock: Clock,
+        counts: QueueCounts,
+        budgets: Budgets,
+        namespaces: Namespaces,
+        policies: PolicyStatuses,
+        parked: ParkedJobs,
+        router: ClaimRouter,
+        store_health: StoreHealth,
+    ) -> None:
+        """Read gauges from these at scrape time (a later bind replaces them)."""
+        sources = GaugeSources(
+            clock=clock, counts=counts, budgets=budgets, namespaces=namespaces,
+            policies=policies, parked=parked, router=router, store_health=store_health,
+        )  # fmt: skip
+        if self._gauges is None:
+            self._gauges = _Gauges(sources, self.label, self.budget_label, self.namespace_label)
+            self.registry.register(self._gauges)
+        else:
+            self._gauges.sources = sources
 
     def _child(
         self, metric: Counter | Histogram, queue: str, labels: QueueLabels | None = None
@@ -244,9 +303,9 @@ class Metrics:
 
 
 class _Gauges(Collector):
-    def __init__(self, core: Core, label: QueueLabels, budget_label: QueueLabels,
+    def __init__(self, sources: GaugeSources, label: QueueLabels, budget_label: QueueLabels,
                  namespace_label: QueueLabels) -> None:  # fmt: skip
-        self._core = core
+        self.sources = sources
         self._label = label
         self._budget_label = budget_label
         self._namespace_label = namespace_label
@@ -265,10 +324,10 @@ class _Gauges(Collector):
         )  # fmt: skip
         statuses: dict[tuple[str, str], int] = {}
         held: dict[tuple[str, str], int] = {}
-        core = self._core
-        for key in list(core.policies.states):
+        src = self.sources
+        for key in list(src.policies.states):
             try:
-                status = core.policies.status(key)
+                status = src.policies.status(key)
             except Exception:
                 continue
             if status is None:
@@ -278,8 +337,8 @@ class _Gauges(Collector):
                 statuses[(label, name)] = statuses.get((label, name), 0) + (status.label == name)
             if status.reason is not None:
                 slot = (label, status.reason)
-                held[slot] = held.get(slot, 0) + core.counts.get(key, "pending")
-        for (_ns, queue), per_budget in core.budget_gate.parked_by_queue.items():
+                held[slot] = held.get(slot, 0) + src.counts.get(key, "pending")
+        for (_ns, queue), per_budget in src.parked.parked_by_queue.items():
             slot = (self._label(queue), "budget_exhausted")
             held[slot] = held.get(slot, 0) + sum(per_budget.values())
         for (label, name), n in sorted(statuses.items()):
@@ -309,8 +368,8 @@ class _Gauges(Collector):
             k: GaugeMetricFamily(f"sluicegate_namespace_{k}", text, labels=["namespace"])
             for k, text in names.items()
         }
-        counts = self._core.counts
-        for actor in self._core.namespaces.known():
+        counts = self.sources.counts
+        for actor in self.sources.namespaces.known():
             quota, ns = actor.quota, actor.namespace
             if quota is None and actor.broken is None:
                 continue
@@ -331,7 +390,7 @@ class _Gauges(Collector):
                     families["retained_bytes"].add_metric([label], actor.storage.measured)
                 families["storage_blocked"].add_metric([label], int(actor.storage.held))
             if quota.monthly_jobs_quota is not None:
-                now = self._core.clock.now_ms()
+                now = self.sources.clock.now_ms()
                 monthly = actor.monthly
                 families["monthly_jobs"].add_metric([label], monthly.current(now) or 0)
                 families["monthly_blocked"].add_metric(
@@ -340,7 +399,7 @@ class _Gauges(Collector):
         yield from families.values()
 
     def _budgets(self) -> Iterator[GaugeMetricFamily]:
-        now = self._core.clock.now_ms()
+        now = self.sources.clock.now_ms()
         families = {
             "available": GaugeMetricFamily(
                 "sluicegate_budget_available", "Tokens a budget has now.", labels=["budget"]
@@ -353,7 +412,7 @@ class _Gauges(Collector):
             ),
         }
         folded: dict[tuple[str, str], float] = {}
-        for (_ns, key), budget in sorted(self._core.budgets.items()):
+        for (_ns, key), budget in sorted(self.sources.budgets.items()):
             label = self._budget_label(key)
             for name, value in (
                 ("available", budget.pool.available(now)),
@@ -370,7 +429,7 @@ class _Gauges(Collector):
             "sluicegate_jobs", "Jobs by queue and status.", labels=["queue", "status"]
         )
         folded: dict[tuple[str, str], int] = {}
-        for (_ns, queue), counts in self._core.counts:
+        for (_ns, queue), counts in self.sources.counts:
             label = self._label(queue)
             for status, n in counts.items():
                 folded[(label, status)] = folded.get((label, status), 0) + n
@@ -380,7 +439,7 @@ class _Gauges(Collector):
         yield from self._budgets()
         yield from self._namespaces()
         yield from self._policies()
-        stats = self._core.router.statistics()
+        stats = self.sources.router.statistics()
         waiting = GaugeMetricFamily("sluicegate_waiting_claims", "Claims waiting for work.")
         waiting.add_metric([], stats.waiters)
         yield waiting
@@ -388,7 +447,7 @@ class _Gauges(Collector):
 
     def _store(self) -> Iterator[GaugeMetricFamily]:
         """The store's health: whether writes fail, and the WAL file's size."""
-        health = self._core.writer.health.statistics()
+        health = self.sources.store_health.statistics()
         failing = GaugeMetricFamily(
             "sluicegate_store_failing",
             "1 while the store cannot write (disk full, I/O error): writes answer unavailable.",

@@ -43,7 +43,11 @@ from daemon.admission import usage
 from daemon.store.interface import RETENTION, Tx
 
 if TYPE_CHECKING:
-    from daemon.core import Core
+    from actors.counts import QueueCounts
+    from actors.namespace import Namespaces
+    from daemon.config import Config
+    from daemon.metrics import Metrics
+    from daemon.store.interface import Committer, Store
 
 log = logging.getLogger("sluicegate.retention")
 T = TypeVar("T")
@@ -51,11 +55,6 @@ T = TypeVar("T")
 LEASE_TICKS = 3
 TTL_REASONS = {lc.COMPLETED: "ttl_completed", lc.DEAD: "ttl_dead"}
 CEILINGS = ((lc.COMPLETED, "max_archived_rows"), (lc.DEAD, "max_dead_rows"))
-
-
-def leader(core: Core, holder: str | None = None) -> RetentionLeader:
-    """The retention leader actor of ``core``; start it with ``nursery.start(x.run)``."""
-    return RetentionLeader(Retention(core, holder))
 
 
 def new_holder() -> str:
@@ -70,8 +69,26 @@ class _LeaseLost(Exception):
 class Retention:
     """The sweep of one tick, run by :class:`~actors.retention.RetentionLeader`."""
 
-    def __init__(self, core: Core, holder: str | None = None) -> None:
-        self.core = core
+    def __init__(
+        self,
+        *,
+        committer: Committer,
+        store: Store,
+        counts: QueueCounts,
+        namespaces: Namespaces,
+        metrics: Metrics,
+        config: Callable[[], Config],
+        holder: str | None = None,
+    ) -> None:
+        """``committer`` runs the sweep's writes; ``store`` is read outside them (the
+        queues table); ``counts`` say which rows there are and move with deletions;
+        ``config`` is the live config (a reload applies at the next tick)."""
+        self._committer = committer
+        self._store = store
+        self._counts = counts
+        self._namespaces = namespaces
+        self._metrics = metrics
+        self._config = config
         self.holder = holder or new_holder()
         self.held = False
         #: Namespaces skipped because their quota cannot be read, and why (warned once).
@@ -79,12 +96,16 @@ class Retention:
         #: What the last tick deleted: (namespace, reason) -> rows.
         self.last: Counter[tuple[str, str]] = Counter()
 
+    def leader(self) -> RetentionLeader:
+        """The retention leader actor running this sweep; start it with
+        ``nursery.start(x.run)``."""
+        return RetentionLeader(self)
+
     def interval_s(self) -> float:
-        return self.core.config.retention.interval / 1000
+        return self._config().retention.interval / 1000
 
     async def tick(self) -> bool:
-        core = self.core
-        if not core.config.daemon.maintenance:
+        if not self._config().daemon.maintenance:
             if self.held:
                 await self._write(self._release)
             return False
@@ -96,7 +117,10 @@ class Retention:
             queues = await self._ttl_sweeps(deleted)
             await self._ceilings(deleted)
             # After the deletions, so the figure is what stays (seed 001's storage quota).
-            await usage.measure_retained(core, queues)
+            await usage.measure_retained(
+                queues, store=self._store, namespaces=self._namespaces,
+                batch=self._config().retention.batch,
+            )  # fmt: skip
         except _LeaseLost:
             self.held = False
             log.info("retention: the lease was taken over; this daemon stops sweeping")
@@ -112,10 +136,10 @@ class Retention:
     # -- the lease -----------------------------------------------------------------
 
     async def _write(self, fn: Callable[[Tx], T]) -> T:
-        return await self.core.writer.write(fn)
+        return await self._committer.write(fn)
 
     def _renew(self, tx: Tx) -> bool:
-        expires = tx.now_ms + LEASE_TICKS * self.core.config.retention.interval
+        expires = tx.now_ms + LEASE_TICKS * self._config().retention.interval
         return tx.store.retention.hold_lease(RETENTION, self.holder, tx.now_ms, expires)
 
     def _release(self, tx: Tx) -> None:
@@ -137,7 +161,7 @@ class Retention:
 
     def _swept(self, namespace: str) -> bool:
         """Whether ``namespace`` may be swept now (its quota can be read)."""
-        actor = self.core.namespaces.get(namespace)
+        actor = self._namespaces.get(namespace)
         if actor.broken is None:
             if self.skipped.pop(namespace, None) is not None:
                 log.info("retention resumes namespace %r: its quota can be read", namespace)
@@ -153,12 +177,11 @@ class Retention:
     async def _ttl_sweeps(self, deleted: Counter[tuple[str, str]]) -> list[tuple[str, str]]:
         """Every queue's expired rows, in writes of at most ``batch`` index entries read;
         returns every queue it looked at (for the retained-bytes measurement)."""
-        core = self.core
-        defaults = core.config.retention
+        defaults = self._config().retention
         # The queues table names every queue, whichever daemon made it, so a leader
         # sweeps rows that other daemons sharing the database finished too.
-        ttls = {(ns, q): (c, d) for ns, q, c, d in core.store.queues.all_queues()}
-        for key, _counts in core.counts:
+        ttls = {(ns, q): (c, d) for ns, q, c, d in self._store.queues.all_queues()}
+        for key, _counts in self._counts:
             ttls.setdefault(key, (None, None))
         work = [
             (key, state, ttl or default)
@@ -185,7 +208,7 @@ class Retention:
     ) -> tuple[int, str]:
         """One write of the TTL sweep, from ``position`` (item, last id read) on;
         returns where the next write starts."""
-        budget = self.core.config.retention.batch
+        budget = self._config().retention.batch
         index, after = position
         while index < len(work) and budget > 0:
             key, state, ttl = work[index]
@@ -210,8 +233,8 @@ class Retention:
     # -- row ceilings --------------------------------------------------------------
 
     async def _ceilings(self, deleted: Counter[tuple[str, str]]) -> None:
-        core = self.core
-        for actor in core.namespaces.known():
+        counts = self._counts
+        for actor in self._namespaces.known():
             namespace, quota = actor.namespace, actor.quota
             if quota is None and actor.broken is None:
                 continue  # no quota: no ceilings
@@ -219,7 +242,7 @@ class Retention:
                 continue
             for state, field in CEILINGS:
                 cap = getattr(quota, field)
-                if cap is not None and core.counts.total(namespace, state) > cap:
+                if cap is not None and counts.total(namespace, state) > cap:
                     deleted[(namespace, field)] += await self._sweep_write(
                         lambda tx, ns=namespace, s=state, f=field: self._trim(tx, ns, s, f)
                     )
@@ -227,19 +250,17 @@ class Retention:
     def _trim(self, tx: Tx, namespace: str, state: str, field: str) -> int:
         """Delete the oldest rows of ``namespace`` in ``state`` over its ``field``
         ceiling, at most ``retention.batch``; rows deleted."""
-        core = self.core
-        quota = core.namespaces.get(namespace).quota
+        counts = self._counts
+        quota = self._namespaces.get(namespace).quota
         cap = getattr(quota, field, None)
         if cap is None:
             return 0
-        over = core.counts.total(namespace, state) - cap
+        over = counts.total(namespace, state) - cap
         if over <= 0:
             return 0
-        queues = [
-            q for q in core.counts.queues_of(namespace) if core.counts.get((namespace, q), state)
-        ]
+        queues = [q for q in counts.queues_of(namespace) if counts.get((namespace, q), state)]
         victims = tx.store.retention.oldest(
-            state, namespace, queues, min(over, core.config.retention.batch)
+            state, namespace, queues, min(over, self._config().retention.batch)
         )
         per_queue: dict[str, list[str]] = {}
         for job_id, queue in victims:
@@ -255,12 +276,12 @@ class Retention:
         """``n`` rows of ``key`` in ``state`` were deleted for ``reason`` (effects at commit)."""
         if not n:
             return
-        core = self.core
+        counts, metrics = self._counts, self._metrics
 
         def effect() -> None:
             # Never below zero: rows finished by another daemon sharing the
             # database were never in this daemon's counts.
-            core.counts.remove(key, state, min(n, max(0, core.counts.get(key, state))))
-            core.metrics.retention_deleted(key[0], reason, n)
+            counts.remove(key, state, min(n, max(0, counts.get(key, state))))
+            metrics.retention_deleted(key[0], reason, n)
 
         tx.after(effect)

@@ -39,6 +39,7 @@ transaction still cost one). Time is the daemon's clock, so a
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import attrs
@@ -50,7 +51,8 @@ from actors.quota import Rate
 from daemon.config import Config, parse_write_rate
 
 if TYPE_CHECKING:
-    from daemon.core import Core
+    from actors.clock import Clock
+    from daemon.metrics import Metrics
     from daemon.session import Session
 
 log = logging.getLogger("sluicegate.limits")
@@ -105,8 +107,11 @@ def write_limit(config: Config, token_name: str | None) -> WriteLimit | None:
 class AdminWriteLimiter:
     """Buckets of admin writes by caller key (``token:<name>`` or ``client:<address>``)."""
 
-    def __init__(self, core: Core) -> None:
-        self._core = core
+    def __init__(self, *, clock: Clock, metrics: Metrics, config: Callable[[], Config]) -> None:
+        """``config``: the live config (a reload replaces it; limits apply at the next write)."""
+        self._clock = clock
+        self._metrics = metrics
+        self._config = config
         self._buckets: dict[str, TokenPool] = {}
         self._swept_at = 0
 
@@ -124,11 +129,11 @@ class AdminWriteLimiter:
         key = self.key(session, client)
         if key is None:
             return
-        limit = write_limit(self._core.config, session.token_name)
+        limit = write_limit(self._config(), session.token_name)
         if limit is None:
             self._buckets.pop(key, None)
             return
-        now = self._core.clock.now_ms()
+        now = self._clock.now_ms()
         self._sweep(now)
         spec = limit.spec()
         bucket = self._buckets.get(key)
@@ -137,10 +142,10 @@ class AdminWriteLimiter:
         elif bucket.spec != spec:  # changed by a reload: keep the tokens, clamp them
             bucket.update(spec, now)
         if bucket.debit(1, now):
-            self._core.metrics.door_decision("admin_writes", "allowed")
+            self._metrics.door_decision("admin_writes", "allowed")
             return
         log.info("limits key=%s limit=admin_writes blocked=true", key)
-        self._core.metrics.door_decision("admin_writes", "blocked")
+        self._metrics.door_decision("admin_writes", "blocked")
         at = bucket.eligible_at(1, now)
         raise Refused(
             "rate_limited", f"{MESSAGE}: {limit} ({HINT})", limit="admin_writes",

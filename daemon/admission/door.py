@@ -22,7 +22,7 @@ unlimited bucket allows without touching any state. Only rate limits answer
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 from actors.bucket import TokenBucket, retry_after_s
@@ -31,8 +31,10 @@ from actors.quota import Bucket
 from daemon.store.rows import dumps
 
 if TYPE_CHECKING:
-    from actors.namespace import NamespaceActor
-    from daemon.core import Core
+    from actors.clock import Clock
+    from actors.namespace import NamespaceActor, Namespaces
+    from daemon.config import Config
+    from daemon.metrics import Metrics
 
 log = logging.getLogger("sluicegate.limits")
 
@@ -50,8 +52,22 @@ SWEEP_EVERY_MS = 120_000
 class Door:
     """Door decisions for one daemon; buckets live on the namespace actors."""
 
-    def __init__(self, core: Core) -> None:
-        self._core = core
+    def __init__(
+        self,
+        *,
+        clock: Clock,
+        namespaces: Namespaces,
+        metrics: Metrics,
+        config: Callable[[], Config],
+        known_queues: Callable[[], Collection[tuple[str, str]]],
+    ) -> None:
+        """``config``: the live config (a reload replaces it); ``known_queues``: every
+        (namespace, queue) the daemon knows, for ``max_queues``."""
+        self._clock = clock
+        self._namespaces = namespaces
+        self._metrics = metrics
+        self._config = config
+        self._known_queues = known_queues
         self._swept_at = 0
 
     def _sweep(self, now_ms: int) -> None:
@@ -61,7 +77,7 @@ class Door:
         if now_ms - self._swept_at < SWEEP_EVERY_MS:
             return
         self._swept_at = now_ms
-        for actor in self._core.namespaces.known():
+        for actor in self._namespaces.known():
             if actor.waiting:
                 continue
             for limit, bucket in list(actor.buckets.items()):
@@ -88,16 +104,16 @@ class Door:
 
     def _charge(self, namespace: str, limit: str, n: int) -> None:
         """Take ``n`` tokens from ``limit``'s bucket, or refuse (or, in shadow mode, log)."""
-        actor = self._core.namespaces.find(namespace)  # no quota, no bucket: nothing to make
+        actor = self._namespaces.find(namespace)  # no quota, no bucket: nothing to make
         if actor.quota is None or n <= 0:
             return
-        now = self._core.clock.now_ms()
+        now = self._clock.now_ms()
         bucket = self._bucket(actor, limit, now)
         if bucket is None:
             return
         wait = bucket.take(n, now)
         if wait == 0:
-            self._core.metrics.door_decision(limit, "allowed")
+            self._metrics.door_decision(limit, "allowed")
             return
         if self._blocks(namespace, limit):
             raise Refused(
@@ -107,12 +123,12 @@ class Door:
     def _blocks(self, namespace: str, limit: str) -> bool:
         """A limit is over: log and count the decision; True when enforcing (refuse),
         False in shadow mode (let it through)."""
-        if not self._core.config.daemon.enforce:
+        if not self._config().daemon.enforce:
             log.info("limits namespace=%s limit=%s would_block=true", namespace, limit)
-            self._core.metrics.door_decision(limit, "would_block")
+            self._metrics.door_decision(limit, "would_block")
             return False
         log.info("limits namespace=%s limit=%s blocked=true", namespace, limit)
-        self._core.metrics.door_decision(limit, "blocked")
+        self._metrics.door_decision(limit, "blocked")
         return True
 
     # -- the checks ----------------------------------------------------------------
@@ -120,7 +136,7 @@ class Door:
     def request(self, namespace: str) -> None:
         """One authenticated request of ``namespace`` (after auth, before the verb)."""
         self._charge(namespace, "request_rate", 1)
-        self._sweep(self._core.clock.now_ms())
+        self._sweep(self._clock.now_ms())
 
     def enqueue(self, namespace: str, payloads: list[Any]) -> list[str] | None:
         """A call enqueuing jobs with these payloads: size cap, blocks, then messages.
@@ -128,7 +144,7 @@ class Door:
         Returns the payloads' JSON texts when the size cap measured them (the
         store writes those same texts), else None.
         """
-        actor = self._core.namespaces.get(namespace)
+        actor = self._namespaces.get(namespace)
         quota = actor.quota
         if quota is None:
             return None
@@ -140,7 +156,7 @@ class Door:
                 # An ASCII str knows it is ASCII: its length is its size in bytes.
                 size = len(text) if text.isascii() else len(text.encode())
                 if size > cap:  # hard, even in shadow mode
-                    self._core.metrics.door_decision("max_item_bytes", "blocked")
+                    self._metrics.door_decision("max_item_bytes", "blocked")
                     raise Refused(
                         "payload_too_large",
                         f"max_item_bytes exceeded: {size} > {cap}",
@@ -154,7 +170,7 @@ class Door:
             self._capped(namespace, "max_retained_bytes", retained, cap,
                          f"max_retained_bytes exceeded: {retained} > {cap}")  # fmt: skip
         monthly = quota.monthly_jobs_quota
-        if monthly is not None and actor.monthly.exhausted(monthly, self._core.clock.now_ms()):
+        if monthly is not None and actor.monthly.exhausted(monthly, self._clock.now_ms()):
             used = actor.monthly.used
             self._capped(
                 namespace, "monthly_jobs_quota", used, monthly,
@@ -174,10 +190,10 @@ class Door:
         ``max_queues`` counts the namespace's queues. A known queue costs a set
         lookup; the count is read from memory (after a restart, from the store:
         a floor, since queues are never removed)."""
-        quota = self._core.namespaces.get(namespace).quota
+        quota = self._namespaces.get(namespace).quota
         if quota is None or quota.max_queues is None:
             return
-        known = self._core.known_queues
+        known = self._known_queues()
         fresh = {q for q in queues if (namespace, q) not in known}
         if not fresh:
             return
@@ -190,7 +206,7 @@ class Door:
     def retention(self, namespace: str, ttls: dict[str, int | None]) -> None:
         """``queue_configure``'s TTLs against ``max_retention_ms``: refused, never
         clamped; an absent or non-positive TTL (the daemon default) is allowed."""
-        quota = self._core.namespaces.get(namespace).quota
+        quota = self._namespaces.get(namespace).quota
         if quota is None or quota.max_retention_ms is None:
             return
         cap = quota.max_retention_ms
@@ -207,7 +223,7 @@ class Door:
         5); in shadow mode the slot is granted over the cap and still counted.
         A namespace without an actor has no cap: its waits make none.
         """
-        actor = self._core.namespaces.find(namespace)
+        actor = self._namespaces.find(namespace)
         quota = actor.quota
         cap = quota.max_waiting_claims if quota is not None else None
         if (
@@ -233,16 +249,16 @@ class Door:
         """A claim answered with ``n`` jobs: debit the message bucket after the fact."""
         if n <= 0:
             return
-        actor = self._core.namespaces.get(namespace)
+        actor = self._namespaces.get(namespace)
         if actor.quota is None:
             return
-        now = self._core.clock.now_ms()
+        now = self._clock.now_ms()
         bucket = self._bucket(actor, "message_rate", now)
         if bucket is not None:
             bucket.force(n, now)
 
     def describe(self, namespace: str) -> dict[str, Any]:
         """The namespace's door buckets now (for ``status``)."""
-        actor = self._core.namespaces.find(namespace)
-        now = self._core.clock.now_ms()
+        actor = self._namespaces.find(namespace)
+        now = self._clock.now_ms()
         return {limit: round(b.tokens(now), 3) for limit, b in sorted(actor.buckets.items())}

@@ -20,28 +20,29 @@ made true in the store, at start and at every SIGHUP.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from actors.errors import Refused
-from actors.policy import PolicyState, parse_policy
+from actors.policy import Policy, PolicyState, parse_policy
 from daemon.store.interface import Tx
 
 if TYPE_CHECKING:
-    from daemon.core import Core
+    from daemon.admission.policies import Policies
 
 log = logging.getLogger("sluicegate.policies")
 ACTOR = "config"
 
 
-def provision(core: Core) -> Callable[[Tx], None]:
-    """The write that makes the config file's policy tables true in the store."""
-    tables = core.config.policy_tables
+def provision(
+    policies: Policies, tables: Mapping[tuple[str, str], tuple[Policy | None, Any]]
+) -> Callable[[Tx], None]:
+    """The write that makes the config file's policy tables (``config.policy_tables``)
+    true in the store, through ``policies``."""
 
     def write(tx: Tx) -> None:
-        policies = core.policies
         stored = {(r[0], r[1]): (r[2], r[7]) for r in tx.store.policies.all_policies()}
         for key, state in sorted(policies.states.items()):
             if state.source != "config" or key in tables:
@@ -50,7 +51,7 @@ def provision(core: Core) -> Callable[[Tx], None]:
                 policies.put(tx, key[0], key[1], state.policy, ACTOR, source="api")
             elif key in stored:
                 text = stored[key][0]
-                _store_raw(core, tx, key, _raw(text), text, state.broken or "", "api")
+                _store_raw(policies, tx, key, _raw(text), text, state.broken or "", "api")
         for key, (policy, raw) in sorted(tables.items()):
             text, source = stored.get(key, (None, None))
             if policy is not None:
@@ -60,7 +61,7 @@ def provision(core: Core) -> Callable[[Tx], None]:
                 continue
             wanted = orjson.dumps(raw, default=str).decode()
             if (text, source) != (wanted, "config") or key not in policies.states:
-                _store_raw(core, tx, key, raw, wanted, _why(raw), "config")
+                _store_raw(policies, tx, key, raw, wanted, _why(raw), "config")
 
     return write
 
@@ -80,10 +81,9 @@ def _raw(text: str) -> Any:
         return text
 
 
-def _store_raw(core: Core, tx: Tx, key: tuple[str, str], raw: Any, text: str, error: str,
-               source: str) -> None:  # fmt: skip
+def _store_raw(policies: Policies, tx: Tx, key: tuple[str, str], raw: Any, text: str,
+               error: str, source: str) -> None:  # fmt: skip
     """Store a policy that does not decode as it is: its queue fails closed."""
-    policies = core.policies
     namespace, queue = key
     old = policies.states.get(key)
     state = PolicyState(namespace, queue)

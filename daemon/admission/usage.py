@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import trio
@@ -31,7 +32,11 @@ from actors.usage import MonthlyUse, crossed, month_of
 from daemon.store.interface import MINUTE_MS, Store, Tx
 
 if TYPE_CHECKING:
-    from daemon.core import Core
+    from actors.clock import Clock
+    from actors.namespace import Namespaces
+    from daemon.config import Config
+    from daemon.metrics import Metrics
+    from daemon.store.interface import Committer
 
 log = logging.getLogger("sluicegate.limits")
 #: Daily usage rows are kept this long (13 months and a bit).
@@ -65,32 +70,45 @@ class Meter:
 class Rollup:
     """The roll-up tick's work; run it with :meth:`ticker`."""
 
-    def __init__(self, core: Core) -> None:
-        self.core = core
+    def __init__(
+        self,
+        *,
+        clock: Clock,
+        committer: Committer,
+        namespaces: Namespaces,
+        metrics: Metrics,
+        config: Callable[[], Config],
+    ) -> None:
+        """``config``: the live config (a reload applies at the next tick)."""
+        self._clock = clock
+        self._committer = committer
+        self._namespaces = namespaces
+        self._metrics = metrics
+        self._config = config
 
     def ticker(self) -> Ticker:
         """The actor that runs this work; start it with ``nursery.start(x.run)``."""
-        return Ticker(self.core.clock, self)
+        return Ticker(self._clock, self)
 
     def next_tick_ms(self, started_ms: int) -> int:
         _month, _start, month_end = month_of(started_ms)
-        return min(started_ms + self.core.config.daemon.rollup_interval, month_end)
+        return min(started_ms + self._config().daemon.rollup_interval, month_end)
 
     async def tick(self) -> None:
         try:
-            await self.core.writer.write(self._roll)
+            await self._committer.write(self._roll)
         except Refused as exc:  # a store error, or shutting down: the decisions stand
             if exc.code != "shutting_down":
                 log.error("usage roll-up failed: %s", exc.message)
 
     def _roll(self, tx: Tx) -> None:
-        core, usage, now = self.core, tx.store.usage, tx.now_ms
-        keep_minutes = core.config.daemon.usage_keep_days * 1440
+        namespaces, usage, now = self._namespaces, tx.store.usage, tx.now_ms
+        keep_minutes = self._config().daemon.usage_keep_days * 1440
         usage.roll_up(now // MINUTE_MS - keep_minutes, now // DAY_MS - KEEP_DAYS)
         month, start, end = month_of(now)
         totals = usage.month_totals(start, end)
         announced: list[tuple[str, int, int, int]] = []
-        for actor in core.namespaces.known():
+        for actor in namespaces.known():
             quota = actor.quota.monthly_jobs_quota if actor.quota is not None else None
             if quota is None:
                 continue
@@ -109,32 +127,34 @@ class Rollup:
             announced += [(actor.namespace, level, used, quota) for level in levels]
 
         def effect() -> None:
-            for namespace in {*totals, *(a.namespace for a in core.namespaces.known())}:
+            for namespace in {*totals, *(a.namespace for a in namespaces.known())}:
                 used = totals.get(namespace, 0)
-                core.namespaces.get(namespace).monthly = MonthlyUse(month, used, end)
+                namespaces.get(namespace).monthly = MonthlyUse(month, used, end)
             for namespace, level, used, quota in announced:
                 log.log(
                     logging.WARNING if level >= 100 else logging.INFO,
                     "limits namespace=%s limit=monthly_jobs_quota level=%d used=%d max=%d "
                     "month=%s", namespace, level, used, quota, month,
                 )  # fmt: skip
-                core.metrics.monthly_level(namespace, level)
+                self._metrics.monthly_level(namespace, level)
 
         tx.after(effect)
 
 
-async def measure_retained(core: Core, queues: list[tuple[str, str]]) -> None:
+async def measure_retained(
+    queues: list[tuple[str, str]], *, store: Store, namespaces: Namespaces, batch: int
+) -> None:
     """Measure the retained bytes of each namespace with ``max_retained_bytes`` over
     ``queues`` (every queue in the store), and update its storage block.
 
-    Reads go window by window (``retention.batch`` rows), letting the loop run
-    between them. Namespaces without the limit are not read; their block clears.
+    Reads go window by window (``batch`` rows: ``retention.batch``), letting the
+    loop run between them. Namespaces without the limit are not read; their block
+    clears.
     """
     per_namespace: dict[str, list[str]] = {}
     for namespace, queue in queues:
         per_namespace.setdefault(namespace, []).append(queue)
-    batch = core.config.retention.batch
-    for actor in core.namespaces.known():
+    for actor in namespaces.known():
         quota = actor.quota
         cap = quota.max_retained_bytes if quota is not None else None
         if cap is None:
@@ -144,9 +164,7 @@ async def measure_retained(core: Core, queues: list[tuple[str, str]]) -> None:
         for queue in per_namespace.get(actor.namespace, []):
             after = ""
             while True:
-                last, n, size = core.store.usage.retained_window(
-                    actor.namespace, queue, after, batch
-                )
+                last, n, size = store.usage.retained_window(actor.namespace, queue, after, batch)
                 total += size
                 if n < batch or last is None:
                     break

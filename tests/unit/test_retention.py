@@ -73,6 +73,15 @@ async def _set_quota(core, namespace: str, quota: Quota | None, raw=None) -> Non
     await core.writer.write(lambda tx: core.quotas.write(tx, "test", namespace, quota, raw))
 
 
+def _leader(core, holder: str | None = None):
+    """The retention leader of ``core``'s store, counts and (live) config."""
+    return retention.Retention(
+        committer=core.writer, store=core.store, counts=core.counts,
+        namespaces=core.namespaces, metrics=core.metrics, config=lambda: core.config,
+        holder=holder,
+    ).leader()  # fmt: skip
+
+
 def _assert_counts_match(core) -> None:
     assert mem_counts(core) == db_counts(core)
 
@@ -119,7 +128,7 @@ async def test_ttl_sweeps_by_finished_at_with_queue_ttls_overriding_defaults(
             everything = set(live + gone_now + [at_1m] + at_5m + kept)
             remaining = lambda: {r[0] for r in core.conn.execute("SELECT id FROM jobs")}  # noqa: E731
 
-            leader = retention.leader(core, holder="a")
+            leader = _leader(core, holder="a")
             async with trio.open_nursery() as nursery:
                 await nursery.start(leader.run)
                 await sleep_to(core, 0)
@@ -151,7 +160,7 @@ async def test_ttl_sweep_reads_bounded_windows_and_reaches_the_end(tmp_path, aut
                 expired.append(_insert(core, "default", "q", "completed", old + i, old + i))
             commits = core.writer.commits
             async with trio.open_nursery() as nursery:
-                await nursery.start(retention.leader(core).run)
+                await nursery.start(_leader(core).run)
                 await sleep_to(core, 0)
                 assert _ids(core, "default", "completed") == []
                 assert _ids(core, "default", "pending") == live
@@ -183,7 +192,7 @@ async def test_ceilings_trim_oldest_first_in_bounded_batches_over_several_ticks(
             await _set_quota(core, "ns", Quota(max_archived_rows=5, max_dead_rows=3))
             await _set_quota(core, "other", Quota(max_dead_rows=0))
             async with trio.open_nursery() as nursery:
-                await nursery.start(retention.leader(core).run)
+                await nursery.start(_leader(core).run)
                 await sleep_to(core, 0)  # 17 -> 13 completed; 8 -> 4 dead
                 assert _ids(core, "ns", "completed") == completed[4:]
                 assert _ids(core, "ns", "dead") == dead[4:]
@@ -225,7 +234,7 @@ async def test_broken_quota_namespace_is_skipped_with_a_warning(tmp_path, autoju
             await _set_quota(core, "bad", None, raw={"max_dead_rows": -1})
             assert core.namespaces.get("bad").broken is not None
             async with trio.open_nursery() as nursery:
-                await nursery.start(retention.leader(core).run)
+                await nursery.start(_leader(core).run)
                 await sleep_to(core, 0)
                 assert len(_ids(core, "good", "dead")) == 1
                 assert _ids(core, "good", "completed") == []
@@ -254,7 +263,7 @@ async def test_one_of_two_daemons_leads_and_the_other_takes_over(tmp_path, autoj
             running_core(tmp_path, config=config, timers=False) as two,
         ):
             assert one.conn is not two.conn
-            first, second = retention.leader(one, "one"), retention.leader(two, "two")
+            first, second = _leader(one, "one"), _leader(two, "two")
             async with trio.open_nursery() as nursery:
                 scope = trio.CancelScope()
 
@@ -287,7 +296,7 @@ async def test_maintenance_false_never_sweeps_nor_leads(tmp_path, autojump_clock
             old = WALL0 - 10 * HOUR
             job = _insert(core, "default", "q", "completed", old, old)
             await _set_quota(core, "default", Quota(max_archived_rows=0))
-            leader = retention.leader(core)
+            leader = _leader(core)
             async with trio.open_nursery() as nursery:
                 await nursery.start(leader.run)
                 await sleep_to(core, 300)
@@ -300,7 +309,7 @@ async def test_maintenance_false_never_sweeps_nor_leads(tmp_path, autojump_clock
 async def test_turning_maintenance_off_releases_the_lease(tmp_path, autojump_clock):
     with trio.fail_after(1000):
         async with running_core(tmp_path, config=_config(), timers=False) as core:
-            leader = retention.leader(core, "me")
+            leader = _leader(core, "me")
             async with trio.open_nursery() as nursery:
                 await nursery.start(leader.run)
                 await sleep_to(core, 0)
