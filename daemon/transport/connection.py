@@ -14,15 +14,14 @@ A client that stops reading while its answers pile up past
 connection. Every exception of a connection ends that connection only.
 
 A connection with no request in flight, no waiting claim and no subscription
-for ``daemon.idle_timeout`` is closed: the deadline of its cancel scope, set
-when its last request ends and lifted while one is in flight (no timer task,
-no polling).
+for ``daemon.idle_timeout`` is closed by the server's one idle sweeper
+(:mod:`daemon.transport.idle`): told when the last request ends and when the
+next one starts, a dict operation each.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import os
 import time
 from functools import partial
@@ -41,6 +40,7 @@ from daemon.transport.framing import (
     encode_event,
     encode_ok,
 )
+from daemon.transport.idle import IdleSweeper
 from daemon.verbs.table import Later, Plan
 
 if TYPE_CHECKING:
@@ -56,7 +56,8 @@ CLOSE_GRACE_S = 5.0  # how long a connection closing on a fatal frame finishes i
 class Connection:
     """One client connection."""
 
-    def __init__(self, core: Services, stream: trio.SocketStream, dirty: set[Connection]) -> None:
+    def __init__(self, core: Services, stream: trio.SocketStream, dirty: set[Connection],
+                 sweeper: IdleSweeper) -> None:  # fmt: skip
         self.core = core
         self.stream = stream
         self.session = core.auth.new_session()
@@ -79,13 +80,13 @@ class Connection:
         self.scope = trio.CancelScope()
         self.nursery: trio.Nursery | None = None
         self.closing = False
-        self.idle_timeout_s = core.config.daemon.idle_timeout / 1000  # 0: never
+        self.sweeper = sweeper
         self.subscribed = False  # a subscriber waits for doorbells: never idle
 
     async def serve(self) -> None:
         """Serve until the client leaves, misbehaves, or the daemon stops."""
         try:
-            self._arm_idle_deadline()
+            self.sweeper.idle(self, self.scope.cancel)
             with self.scope:
                 async with trio.open_nursery() as nursery:
                     self.nursery = nursery
@@ -96,6 +97,7 @@ class Connection:
         except Exception as exc:  # a bug in one connection ends it, never the listener
             log.warning("connection ended by an error: %r", exc)
         finally:
+            self.sweeper.busy(self)
             self.core.router.unsubscribe(self)
             for scope in list(self.waiting):
                 scope.cancel()
@@ -163,7 +165,7 @@ class Connection:
         self.in_flight += 1
         if self.in_flight == 1:
             self.idle = trio.Event()
-            self.scope.deadline = math.inf  # busy: not idle until the last one ends
+            self.sweeper.busy(self)  # not idle until the last one ends
         if self.in_flight >= MAX_IN_FLIGHT:
             self.room = trio.Event()
         try:
@@ -249,17 +251,10 @@ class Connection:
         self.in_flight -= 1
         if self.in_flight == 0:
             self.idle.set()
-            self._arm_idle_deadline()
+            if not self.subscribed:
+                self.sweeper.idle(self, self.scope.cancel)
         if self.in_flight < MAX_IN_FLIGHT:
             self.room.set()
-
-    def _arm_idle_deadline(self) -> None:
-        """Nothing in flight: the connection closes after ``idle_timeout`` unless a
-        request comes (waiting claims are in flight; subscribers are exempt)."""
-        if self.idle_timeout_s > 0 and not self.subscribed:
-            self.scope.deadline = trio.current_time() + self.idle_timeout_s
-        else:
-            self.scope.deadline = math.inf
 
     # -- output --------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from actors.errors import Refused
 from daemon.startup import StartupError, reason
 from daemon.transport.connection import Connection
 from daemon.transport.framing import encode_error
+from daemon.transport.idle import IdleSweeper
 
 if TYPE_CHECKING:
     from daemon.services import Services
@@ -65,6 +66,8 @@ class SocketServer:
         self.dirty: set[Connection] = set()
         # Answers settled by a commit go out right after it, one send each.
         core.writer.after_commit.append(self.flush_dirty)
+        #: Closes connections idle for ``daemon.idle_timeout`` (a restart-only key).
+        self.sweeper = IdleSweeper(core.config.daemon.idle_timeout / 1000)
         self._accepting = trio.CancelScope()
         self._conn_scope: trio.CancelScope | None = None
         self._freed = trio.Event()  # set when a connection closes
@@ -86,6 +89,7 @@ class SocketServer:
         """Serve ``listener`` until cancelled or drained."""
         async with trio.open_nursery() as nursery:
             self._conn_scope = nursery.cancel_scope
+            await nursery.start(self.sweeper.run)
             task_status.started()
             with self._accepting:
                 await self._accept_loop(listener, nursery)
@@ -142,7 +146,7 @@ class SocketServer:
 
     async def _run_connection(self, stream: trio.SocketStream) -> None:
         try:
-            conn = Connection(self.core, stream, self.dirty)
+            conn = Connection(self.core, stream, self.dirty, self.sweeper)
             self.connections.add(conn)
             try:
                 await conn.serve()

@@ -44,6 +44,7 @@ def fake_core() -> SimpleNamespace:
     return SimpleNamespace(
         writer=SimpleNamespace(after_commit=[]),
         metrics=SimpleNamespace(registry=CollectorRegistry()),
+        config=SimpleNamespace(daemon=SimpleNamespace(idle_timeout=0)),
     )
 
 
