@@ -122,7 +122,7 @@ class Core:
             doorbell=self.doorbell, budget_gate=self.budget_gate, policies=self.policies,
             namespaces=self.namespaces, meter=self.meter,
         )  # fmt: skip
-        self.store.jobs.step = self.views.moved  # type: ignore[attr-defined]
+        self.store.jobs.step = self.views  # type: ignore[attr-defined]
         self.watcher = SettingsWatcher(self.quotas.reload)
         self.retention = retention.Retention(
             committer=self.writer, store=self.store, counts=self.counts,

@@ -1,10 +1,12 @@
 """The transition step: the one place a job's move updates the daemon's memory.
 
-The store's jobs journal (:mod:`daemon.store.journal`) reports every move as
-``(tx, event, source, rows)`` the moment its statement ran: new rows
-(``source`` None), claims, promotions, heartbeats, completions, failures,
-releases, reaps, folds and replays. :meth:`Views.moved` turns the move into
-every in-memory consequence, so no verb calls a hook and none can forget one:
+The store's jobs journal (:mod:`daemon.store.journal`) reports every move the
+moment its statement ran: new rows (:meth:`Views.inserted`), claims
+(:meth:`Views.claimed`), promotions (:meth:`Views.promoted`), heartbeats
+(:meth:`Views.extended`), and completions, failures, releases, reaps, folds
+and replays (:meth:`Views.left`, with the event and the state left). The step
+turns each into every in-memory consequence, so no verb calls a hook and
+none can forget one:
 
 - inside the transaction, undone if it rolls back (what later writes of the
   same group must see): a budget's bound and in-flight costs, a policy
@@ -69,23 +71,9 @@ class Views:
         self.namespaces = namespaces
         self.meter = meter
 
-    def moved(self, tx: Tx, event: str, source: str | None, rows: Sequence[JobRow]) -> None:
-        """``rows`` (as they are now) left ``source`` by ``event`` in ``tx``."""
-        if source is None:
-            self._inserted(tx, rows)
-        elif event == "claim":
-            self._claimed(tx, rows)
-        elif event == "promote":
-            self._promoted(tx, rows)
-        elif event == "heartbeat":
-            for row in rows:
-                tx.after(lambda row=row: self._extended(row))
-        else:
-            self._left(tx, event, source, rows)
-
     # -- the kinds of move -----------------------------------------------------
 
-    def _inserted(self, tx: Tx, rows: Sequence[JobRow]) -> None:
+    def inserted(self, tx: Tx, rows: Sequence[JobRow]) -> None:
         """New rows, in their arrival states (shed ones dead at once)."""
         per_key: dict[tuple[QueueKey, str], int] = {}
         ready: dict[QueueKey, int] = {}
@@ -115,7 +103,7 @@ class Views:
 
         tx.after(effect)
 
-    def _claimed(self, tx: Tx, rows: Sequence[JobRow]) -> None:
+    def claimed(self, tx: Tx, rows: Sequence[JobRow]) -> None:
         """Pending jobs became running under a lease."""
         now = tx.now_ms
         earliest = min(r.lease_expires_at for r in rows)  # type: ignore[type-var]
@@ -135,7 +123,7 @@ class Views:
 
         tx.after(effect)
 
-    def _promoted(self, tx: Tx, rows: Sequence[JobRow]) -> None:
+    def promoted(self, tx: Tx, rows: Sequence[JobRow]) -> None:
         """Scheduled jobs whose time came became pending."""
         per_queue: dict[QueueKey, int] = {}
         for row in rows:
@@ -150,7 +138,7 @@ class Views:
 
         tx.after(effect)
 
-    def _left(self, tx: Tx, event: str, source: str, rows: Sequence[JobRow]) -> None:
+    def left(self, tx: Tx, event: str, source: str, rows: Sequence[JobRow]) -> None:
         """Any other move: out of ``running`` (complete, fail, release, reap),
         or a waiting job folded, or a dead letter replayed."""
         per_key: dict[tuple[QueueKey, str], int] = {}
@@ -198,8 +186,12 @@ class Views:
         if len(self.running) < RUNNING_CACHE_MAX and len(row.payload) <= RUNNING_CACHE_PAYLOAD:
             self.running[row.id] = row
 
+    def extended(self, tx: Tx, rows: Sequence[JobRow]) -> None:
+        """A heartbeat moved a running job's lease expiry."""
+        for row in rows:
+            tx.after(lambda row=row: self._extended(row))
+
     def _extended(self, row: JobRow) -> None:
-        """A heartbeat moved a lease's expiry (after commit)."""
         if row.id in self.running:
             self.running[row.id] = row
         self.reaper.note(row.lease_expires_at)  # type: ignore[arg-type]

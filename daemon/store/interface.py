@@ -75,8 +75,9 @@ names for ``promote``. The contract suite holds every implementation to this.
 
 **Every move of a job is reported.** The store's :class:`JobStore` is
 wrapped in the jobs journal (:mod:`daemon.store.journal`), whose writes hand
-``(tx, event, source, rows)`` to the transition step as soon as their
-statement ran; no caller reports a move, so none can forget one. An
+each move (the rows after, the event, the state left) to the transition step
+as soon as their statement ran; no caller reports a move, so none can forget
+one. An
 implementation only has to return the rows after (``promote_due`` too).
 
 **Time is passed in.** Every method that needs "now" takes it (``now``, in

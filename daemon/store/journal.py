@@ -2,8 +2,9 @@
 
 A store's :class:`~daemon.store.interface.JobStore` is wrapped in a
 :class:`Journal`, so no caller has to remember to say what its write did:
-each method that inserts or moves jobs hands ``(tx, event, source, rows)`` to
-the transition step (:class:`daemon.admission.views.Views`) as soon as its
+each method that inserts or moves jobs hands the move (``tx``, the rows after,
+and for most moves the event and the state they left) to the transition step
+(:class:`Transitions`, :class:`daemon.admission.views.Views`) as soon as its
 statement ran, inside the write's transaction. ``source`` is the state the
 rows left (None for new rows) and ``rows`` are the rows after. The step keeps
 the daemon's in-memory views (counts, budgets, policies, quotas, usage,
@@ -17,15 +18,12 @@ itself, no extra frame), and so do ``park``/``unpark``, which move no state.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from actors import lifecycle as lc
 from daemon.store.interface import JobStore, Transaction
 from daemon.store.rows import JobRow
-
-#: ``step(tx, event, source, rows)``: what the journal calls for every move.
-Step = Callable[[Transaction, str, "str | None", Sequence[JobRow]], None]
 
 #: Passed straight through: reads, and parking (no state moves; the budget gate counts it).
 _THROUGH = (
@@ -35,8 +33,36 @@ _THROUGH = (
 )  # fmt: skip
 
 
-def _ignore(_tx: Any, _event: str, _source: str | None, _rows: Sequence[JobRow]) -> None:
-    return None
+class Transitions(Protocol):
+    """The transition step, as the journal reports to it (one method per kind of
+    move, so a hot path pays no dispatch)."""
+
+    def inserted(self, tx: Transaction, rows: Sequence[JobRow]) -> None:
+        """New rows, in their arrival states."""
+
+    def claimed(self, tx: Transaction, rows: Sequence[JobRow]) -> None:
+        """Pending rows became running."""
+
+    def promoted(self, tx: Transaction, rows: Sequence[JobRow]) -> None:
+        """Scheduled rows became pending."""
+
+    def extended(self, tx: Transaction, rows: Sequence[JobRow]) -> None:
+        """Running rows' leases moved (heartbeat)."""
+
+    def left(self, tx: Transaction, event: str, source: str, rows: Sequence[JobRow]) -> None:
+        """Any other move, by ``event`` from ``source``."""
+
+
+class Unreported:
+    """No transition step: moves are not reported (a bare store)."""
+
+    def inserted(self, tx: Any, rows: Any) -> None:
+        """Nothing."""
+
+    claimed = promoted = extended = inserted
+
+    def left(self, tx: Any, event: str, source: str, rows: Any) -> None:
+        """Nothing."""
 
 
 class Journal:
@@ -50,23 +76,21 @@ class Journal:
     def __init__(self, inner: JobStore) -> None:
         self._inner = inner
         self.tx: Transaction | None = None
-        self.step: Step = _ignore
+        self.step: Transitions = Unreported()
         for name in _THROUGH:
             setattr(self, name, getattr(inner, name))
-
-    def _report(self, event: str, source: str | None, rows: Sequence[JobRow]) -> None:
-        if rows and self.tx is not None:
-            self.step(self.tx, event, source, rows)
 
     def insert(self, rows: Sequence[JobRow]) -> None:
         """Insert new jobs (reported: ``enqueue``, from no state)."""
         self._inner.insert(rows)
-        self._report("enqueue", None, rows)
+        if rows and self.tx is not None:
+            self.step.inserted(self.tx, rows)
 
     def fold(self, before: JobRow, payload: str, ready_at: int, now: int) -> JobRow:
         """Debounce a waiting job (reported: ``fold``)."""
         after = self._inner.fold(before, payload, ready_at, now)
-        self._report("fold", before.state, (after,))
+        if self.tx is not None:
+            self.step.left(self.tx, "fold", before.state, (after,))
         return after
 
     def mark_running(
@@ -74,37 +98,42 @@ class Journal:
     ) -> list[JobRow]:
         """Claim, step 2 (reported: ``claim``, from pending)."""
         claimed = self._inner.mark_running(rows, lease, lease_ms, now)
-        self._report("claim", lc.PENDING, claimed)
+        if claimed and self.tx is not None:
+            self.step.claimed(self.tx, claimed)
         return claimed
 
     def extend_lease(self, before: JobRow, expires: int, now: int) -> JobRow:
         """Heartbeat (reported: ``heartbeat``, running to running)."""
         after = self._inner.extend_lease(before, expires, now)
-        self._report("heartbeat", lc.RUNNING, (after,))
+        if self.tx is not None:
+            self.step.extended(self.tx, (after,))
         return after
 
     def finish(self, before: JobRow, *, event: str, state: str, now: int,
                **changes: Any) -> JobRow:  # fmt: skip
         """A running job leaves ``running`` (reported under ``event``)."""
         after = self._inner.finish(before, event=event, state=state, now=now, **changes)
-        self._report(event, before.state, (after,))
+        if self.tx is not None:
+            self.step.left(self.tx, event, before.state, (after,))
         return after
 
     def complete_many(self, rows: list[tuple[JobRow, str | None]], now: int) -> list[JobRow] | None:
         """Complete running jobs, all or none (reported: ``complete``)."""
         done = self._inner.complete_many(rows, now)
-        if done:
-            self._report("complete", lc.RUNNING, done)
+        if done and self.tx is not None:
+            self.step.left(self.tx, "complete", lc.RUNNING, done)
         return done
 
     def replay(self, before: JobRow, now: int) -> JobRow:
         """A dead letter back to pending (reported: ``replay``)."""
         after = self._inner.replay(before, now)
-        self._report("replay", before.state, (after,))
+        if self.tx is not None:
+            self.step.left(self.tx, "replay", before.state, (after,))
         return after
 
     def promote_due(self, now: int, batch: int = 1000) -> list[JobRow]:
         """Due scheduled jobs become pending (reported: ``promote``)."""
         rows = self._inner.promote_due(now, batch)
-        self._report("promote", lc.SCHEDULED, rows)
+        if rows and self.tx is not None:
+            self.step.promoted(self.tx, rows)
         return rows

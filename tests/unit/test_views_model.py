@@ -33,6 +33,7 @@ from hypothesis import strategies as st
 from actors import lifecycle as lc
 from actors.errors import Refused
 from daemon.core import Core
+from daemon.store.journal import Unreported
 from tests.unit.harness import call, db_counts, mem_counts, running_core
 
 NAMESPACES = ("a", "b")
@@ -244,7 +245,7 @@ async def _drive(
     checked = 0
     async with running_core(tmp) as core:
         if not step:
-            core.store.jobs.step = lambda *_args: None  # type: ignore[attr-defined]
+            core.store.jobs.step = Unreported()  # type: ignore[attr-defined]
 
         def after_commit() -> None:
             nonlocal checked
