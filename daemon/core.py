@@ -77,7 +77,6 @@ class Core:
         self.metrics = Metrics(config.daemon.metrics_max_queues)
         self.history = History()  # the board's pictures (bounded, in memory)
         self.timers = JobTimers(clock, self.store, self.writer)
-        self.reaper, self.delay_timer = self.timers.reaper, self.timers.delay_timer
         self.started_at = clock.now_ms()
         self.draining = False
         #: Called once when the daemon starts draining.
@@ -102,7 +101,7 @@ class Core:
         self.quotas = Quotas(
             namespaces=self.namespaces, counts=self.counts, clock=clock, store=self.store,
             metrics=self.metrics, config=lambda: self.config, doorbell=self.doorbell,
-            lease_hint=lambda: self.reaper.target,
+            lease_hint=lambda: self.timers.reaper.target,
         )  # fmt: skip
         self.door = Door(
             clock=clock, namespaces=self.namespaces, metrics=self.metrics,
@@ -118,7 +117,8 @@ class Core:
         )  # fmt: skip
         self.views = Views(
             counts=self.counts, metrics=self.metrics, history=self.history,
-            running=self.running, reaper=self.reaper, delay_timer=self.delay_timer,
+            running=self.running, reaper=self.timers.reaper,
+            delay_timer=self.timers.delay_timer,
             doorbell=self.doorbell, budget_gate=self.budget_gate, policies=self.policies,
             namespaces=self.namespaces, meter=self.meter,
         )  # fmt: skip
@@ -156,8 +156,8 @@ class Core:
         """Run the committer and the timers until cancelled."""
         async with trio.open_nursery() as nursery:
             await nursery.start(self.writer.run)
-            await nursery.start(self.reaper.run)
-            await nursery.start(self.delay_timer.run)
+            await nursery.start(self.timers.reaper.run)
+            await nursery.start(self.timers.delay_timer.run)
             await nursery.start(self.budget_gate.waker.run)
             await nursery.start(self.watcher.run)
             await nursery.start(self.retention.run)
