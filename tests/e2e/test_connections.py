@@ -14,6 +14,7 @@ for events (a closed connection, a gauge), never for an amount of time.
 from __future__ import annotations
 
 import resource
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -145,6 +146,23 @@ def test_an_idle_connection_is_closed(make_daemon: Callable[..., DaemonProcess],
     talked.ok("status")
     assert talked.read_until_closed(timeout=30) == []
     wait_until(lambda: open_connections(daemon) == 0, timeout=30)
+
+
+def test_many_idle_connections_are_all_cut_and_a_talking_one_stays(
+    make_daemon: Callable[..., DaemonProcess], connect
+):
+    """One sweeper for every connection (daemon/transport/idle.py): a crowd of
+    silent connections is cut, each about its own timeout, while one that
+    talks more often than the timeout keeps its connection past several."""
+    daemon = make_daemon('idle_timeout = "1s"\n')
+    silent = [connect(daemon) for _ in range(40)]
+    talker = connect(daemon)
+    for _ in range(5):  # 5 x 0.5 s: well past the 1 s timeout, never idle that long
+        assert talker.ok("status")["ok"]
+        time.sleep(0.5)
+    for conn in silent:
+        assert conn.read_until_closed(timeout=30) == []
+    assert talker.ok("status")["ok"]
 
 
 def test_a_waiting_claim_is_not_idle(make_daemon: Callable[..., DaemonProcess], connect):
