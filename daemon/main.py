@@ -114,7 +114,9 @@ class Daemon:
             await root.start(self._signals)
             await root.start(core.run)
             await root.start(periodic.run)
-            checkpointer = Checkpointer(cfg.database_path(), health=core.writer.health)
+            checkpointer = Checkpointer(
+                cfg.database_path(), health=core.writer.health, hold_writes=core.writer.held
+            )
             core.writer.after_commit.append(checkpointer.committed)
             await root.start(checkpointer.run)
             await self._provision()

@@ -10,7 +10,11 @@ Rounds, none of them a polling loop:
 
 - **every** ``every`` commits: a PASSIVE checkpoint (never blocks the writer),
   then the ``-wal`` file is measured. Over ``wal_max_bytes`` it is truncated
-  (TRUNCATE), unless a truncation was refused lately (backoff below).
+  (TRUNCATE), unless a truncation was refused lately (backoff below). Under a
+  steady load the WAL never restarts by itself (a PASSIVE round never catches
+  up with the commits made while it ran), so this is what bounds it; the
+  daemon's writes are held meanwhile (``hold_writes``), queued rather than
+  blocked on the write lock.
 - **idle**: a timer armed by the last commit (re-armed by each commit) fires
   ``idle_delay`` after it; PASSIVE, then TRUNCATE, so an idle daemon leaves an
   empty ``-wal``.
@@ -33,6 +37,8 @@ import logging
 import math
 import os
 import sqlite3
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager, nullcontext
 from pathlib import Path
 
 import trio
@@ -57,11 +63,16 @@ class Checkpointer:
         health: StoreHealth | None = None,
         idle_delay: float = 1.0,
         truncate_wait: float = 0.05,
+        hold_writes: Callable[[], AbstractAsyncContextManager[None]] | None = None,
     ) -> None:
         self._path = str(path)
         self._wal = Path(f"{path}-wal")
         self._every = every
         self.health = health if health is not None else StoreHealth(path)
+        #: Holds the daemon's writes during a truncation (``GroupCommit.held``):
+        #: TRUNCATE takes the write lock, and a writer meeting it would block
+        #: the event loop in SQLite's busy handler instead of queueing.
+        self._hold_writes = hold_writes or nullcontext
         self._idle_delay = idle_delay
         self._truncate_wait_ms = int(truncate_wait * 1000)
         self._since = 0
@@ -78,10 +89,10 @@ class Checkpointer:
     def committed(self) -> None:
         """A commit happened (a GroupCommit ``after_commit`` hook)."""
         self._since += 1
-        self._dirty = True
         self._last_commit = trio.current_time()
-        if self._since >= self._every:
-            self._wake.set()
+        if not self._dirty or self._since >= self._every:
+            self._wake.set()  # a round is due, or the idle timer must be armed
+        self._dirty = True
 
     def _idle_at(self) -> float:
         """When the idle round is due (never while nothing was committed)."""
@@ -104,8 +115,10 @@ class Checkpointer:
                 now = trio.current_time()
                 if self._wake.is_set():
                     self._wake = trio.Event()
-                    self._since = 0
-                    await self._round(conn, now, idle=False)
+                    if self._since >= self._every:
+                        self._since = 0
+                        await self._round(conn, now, idle=False)
+                    # else: the first commit since a truncation armed the idle timer
                 elif now >= self._idle_at():
                     await self._round(conn, now, idle=True)
                 # else: a commit re-armed the idle timer; sleep again.
@@ -117,7 +130,8 @@ class Checkpointer:
         over = size is not None and size > self.health.wal_max_bytes
         if (idle or over) and now >= self._retry_at:
             dirty_before = self._last_commit
-            truncated, size = await trio.to_thread.run_sync(self._truncate, conn)
+            async with self._hold_writes():
+                truncated, size = await trio.to_thread.run_sync(self._truncate, conn)
             if truncated:
                 self._retry_delay = RETRY_FIRST
                 self._retry_at = -math.inf

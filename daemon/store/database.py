@@ -28,7 +28,8 @@ import logging
 import sqlite3
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import trio
@@ -130,6 +131,7 @@ class GroupCommit:
         self._queue: deque[_Write] = deque()
         self._wake = trio.Event()
         self._closed = False
+        self._resume: trio.Event | None = None  # set while writes are held
         self._deadline = 0.0
         self.after_commit: list[Callable[[], None]] = []
         #: Flushed into every transaction just before its COMMIT.
@@ -176,6 +178,25 @@ class GroupCommit:
             raise item.error
         return item.result  # type: ignore[no-any-return]
 
+    @asynccontextmanager
+    async def held(self) -> AsyncIterator[None]:
+        """Writes queue and wait, instead of starting a transaction, while the
+        body runs.
+
+        For work on another connection that takes the write lock (a WAL
+        truncation): a ``BEGIN IMMEDIATE`` meeting that lock would block the
+        whole event loop in SQLite's busy handler, whose sleeps (1, 2, 5, 10 ms,
+        ...) outlast the lock. Held, only writes wait, they resume the moment
+        the body ends, and they commit together. Entered between transactions
+        (every await is), so no transaction of ours is open meanwhile.
+        """
+        resume = self._resume = trio.Event()
+        try:
+            yield
+        finally:
+            self._resume = None
+            resume.set()
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """The committer task: transactions of the writes queued so far."""
         task_status.started()
@@ -203,6 +224,8 @@ class GroupCommit:
                 await trio.lowlevel.cancel_shielded_checkpoint()
                 self._wake = trio.Event()
                 while self._queue:
+                    while self._resume is not None:  # held (see held())
+                        await self._resume.wait()
                     self._commit(self._take())
                     if self._queue:
                         # Over budget: let the loop breathe, then go on.

@@ -239,3 +239,37 @@ def test_run_now_is_its_own_transaction(db):
     assert _rows(db) == {"a": 1}
     assert writer.commits == 2  # the refused write's empty transaction still commits
     assert not db.conn.in_transaction
+
+
+async def test_held_writes_wait_queued_and_commit_together_once_released(db, autojump_clock):
+    """While held (a WAL truncation on another connection has the write lock),
+    writes queue instead of starting a transaction, and run as one when released."""
+    results: dict[str, str] = {}
+    async with _committing(db) as writer:
+        async with trio.open_nursery() as writers, writer.held():
+            for key in ("a", "b", "c"):
+                writers.start_soon(_submit, writer, results, key, _put(key))
+            await trio.sleep(5)  # virtual time (autojump_clock)
+            assert writer.commits == 0
+            assert results == {}
+            assert _rows(db) == {}
+        assert writer.commits == 1
+        assert results == {"a": "a", "b": "b", "c": "c"}
+    assert _rows(db) == {"a": 1, "b": 1, "c": 1}
+
+
+async def test_a_hold_taken_between_transactions_stops_the_next_one(db, autojump_clock):
+    """A hold entered while the committer works through a long queue stops it
+    before its next transaction, not after the queue is empty."""
+    async with _committing(db) as writer:
+        writer._budget = 0.0  # one write per transaction: the queue takes several
+        results: dict[str, str] = {}
+        async with trio.open_nursery() as writers:
+            for i in range(4):
+                writers.start_soon(_submit, writer, results, f"k{i}", _put(f"k{i}"))
+            await trio.testing.wait_all_tasks_blocked()
+            async with writer.held():
+                committed = writer.commits
+                await trio.sleep(1)  # virtual time (autojump_clock)
+                assert writer.commits == committed
+        assert len(results) == 4
