@@ -7,6 +7,11 @@ daemon's CPU time from ``/proc`` and its event-loop lag either from
 ``status.daemon.loop_lag`` (``core.metrics.lag_summary()``) or, when the
 daemon does not expose that yet, from the ``sluicegate_loop_lag_seconds``
 histogram on ``/metrics`` (which needs the HTTP listener).
+
+``BENCH_DAEMON_PREFIX`` runs the daemon under another command, e.g.
+``valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.%p``: instruction
+counts, which unlike seconds repeat on this noisy machine. Two runs of
+different sizes, differenced, give instructions per job without start-up.
 """
 
 from __future__ import annotations
@@ -86,9 +91,10 @@ class BenchDaemon:
             # Import daemon/ and actors/ from another tree (a snapshot of a commit).
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(self.source),
                                                               env.get("PYTHONPATH")]))  # fmt: skip
+        prefix = os.environ.get("BENCH_DAEMON_PREFIX", "").split()
         with open(self.log, "ab") as logf:
             self.proc = subprocess.Popen(
-                [sys.executable, *serve],
+                [*prefix, sys.executable, *serve],
                 cwd=self.workdir,
                 env=env,
                 stdout=logf,
