@@ -17,6 +17,14 @@ _COLS = (
 
 Row = tuple[Any, ...]
 
+#: Insert or replace: an upsert on the key, portable to PostgreSQL (which has no
+#: ``INSERT OR REPLACE``); every column but the key is replaced.
+_SAVE = (
+    f"INSERT INTO budgets ({_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (namespace, key) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in _COLS.replace(" ", "").split(",")[2:])
+)
+
 
 def all_budgets(conn: sqlite3.Connection) -> list[Row]:
     """Every budget of every namespace, in key order."""
@@ -39,7 +47,7 @@ def save(
 ) -> None:
     """Insert or replace one budget."""
     conn.execute(
-        f"INSERT OR REPLACE INTO budgets ({_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        _SAVE,
         (namespace, key, allocation, orjson.dumps(strategy).decode(), created_at, updated_at,
          units, as_of_ms, in_flight, source),
     )  # fmt: skip

@@ -119,6 +119,9 @@ class GroupCommit:
         health: StoreHealth | None = None,
     ) -> None:
         self._conn = conn
+        # The dialect's words, from the connection (PostgreSQL: daemon.store.postgres).
+        self._begin: str = getattr(conn, "begin_statement", "BEGIN IMMEDIATE")
+        self._errors: tuple[type[BaseException], ...] = getattr(conn, "errors", (sqlite3.Error,))
         #: The store its writes' transactions see (``tx.store``).
         self.store = SqliteStore(conn)
         self._journal = self.store.jobs
@@ -265,8 +268,8 @@ class GroupCommit:
         conn = self._conn
         now = self._now_ms()
         try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
+            conn.execute(self._begin)
+        except self._errors as exc:
             self._fail_all(writes, exc)
             return True
         changes_at_begin = conn.total_changes
@@ -313,9 +316,9 @@ class GroupCommit:
             for pending in self.pending:
                 pending.flush(self.store)
             conn.execute("COMMIT")
-        except sqlite3.Error as exc:
+        except self._errors as exc:
             self._journal.tx = None
-            _rollback(conn)
+            _rollback(conn, self._errors)
             _rolled_back(writes)
             self._fail_all(writes, exc)
             return True
@@ -357,20 +360,20 @@ class GroupCommit:
             version = int(conn.execute("PRAGMA user_version").fetchone()[0])
             conn.execute(f"PRAGMA user_version = {version}")
             conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            _rollback(conn)
+        except self._errors as exc:
+            _rollback(conn, self._errors)
             if not is_store_failure(exc):
                 internal_error(exc)  # logged with a reference; the store stays failing
             return
         self._recovered()
 
 
-def _rollback(conn: sqlite3.Connection) -> None:
-    """Roll back what is open; SQLite may have done it already, or fail to."""
+def _rollback(conn: Any, errors: tuple[type[BaseException], ...]) -> None:
+    """Roll back what is open; the database may have done it already, or fail to."""
     if conn.in_transaction:
         try:
             conn.execute("ROLLBACK")
-        except sqlite3.Error as exc:
+        except errors as exc:
             log.warning("rollback failed: %s", exc)
 
 

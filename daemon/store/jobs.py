@@ -167,6 +167,35 @@ def _claim_sql(queues: int) -> str:
 
 
 _CLAIM_SQL: dict[int, str] = {}
+
+
+def _claim_sql_postgres(queues: int) -> str:
+    # Rows another daemon's open claim holds are skipped, never waited for
+    # (SKIP LOCKED). The state test is repeated on the locking query so that a
+    # row claimed and committed elsewhere since the probe read it is
+    # re-checked on its newest version and left out. With several queues the
+    # probes are plain reads: a candidate another daemon holds is dropped by
+    # the lock, so such a claim may return fewer rows than there are.
+    where = "state = 'pending' AND parked_on IS NULL"
+    order = "ORDER BY priority, ready_at, id"
+    if queues == 1:
+        return (
+            f"SELECT {COLS} FROM jobs WHERE namespace = ? AND queue = ? AND {where} "
+            f"{order} LIMIT ? FOR UPDATE SKIP LOCKED"
+        )
+    probe = (
+        f"(SELECT id, priority, ready_at FROM jobs WHERE namespace = ? AND queue = ? "
+        f"AND {where} {order} LIMIT ?)"
+    )
+    union = " UNION ALL ".join([probe] * queues)
+    return (
+        f"SELECT {COLS} FROM jobs WHERE {where} AND id IN "
+        f"(SELECT id FROM ({union}) AS probes {order} LIMIT ?) "
+        f"{order} FOR UPDATE SKIP LOCKED"
+    )
+
+
+_CLAIM_SQL_POSTGRES: dict[int, str] = {}
 # The states the lifecycle table lets a claim and a completion leave: a set
 # test per row is the hot path's check (bench/inprocess.py), the table's
 # IllegalTransition the error.
@@ -198,6 +227,25 @@ def ready(
     statement = _CLAIM_SQL.get(len(queues))
     if statement is None:
         statement = _CLAIM_SQL[len(queues)] = _claim_sql(len(queues))
+    return _ready(conn, statement, namespace, queues, limit, caps)
+
+
+def ready_postgres(
+    conn: Any,
+    namespace: str,
+    queues: Sequence[str],
+    limit: int,
+    caps: dict[str, int] | None = None,
+) -> list[Row]:
+    """:func:`ready` on PostgreSQL: the rows come locked (``FOR UPDATE SKIP LOCKED``)."""
+    statement = _CLAIM_SQL_POSTGRES.get(len(queues))
+    if statement is None:
+        statement = _CLAIM_SQL_POSTGRES[len(queues)] = _claim_sql_postgres(len(queues))
+    return _ready(conn, statement, namespace, queues, limit, caps)
+
+
+def _ready(conn: Any, statement: str, namespace: str, queues: Sequence[str], limit: int,
+           caps: dict[str, int] | None) -> list[Row]:  # fmt: skip
     params: list[Any] = []
     for queue in queues:
         params += (namespace, queue, limit if caps is None else min(limit, caps.get(queue, limit)))

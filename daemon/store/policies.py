@@ -9,6 +9,13 @@ _COLS = "namespace, queue, policy, created_at, updated_at, created_by, updated_b
 
 Row = tuple[Any, ...]
 
+#: Insert or replace: an upsert on the key, portable to PostgreSQL.
+_SAVE = (
+    f"INSERT INTO policies ({_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (namespace, queue) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in _COLS.replace(" ", "").split(",")[2:])
+)
+
 
 def all_policies(conn: sqlite3.Connection) -> list[Row]:
     """Every stored policy row (``policy`` is the JSON text of its fields)."""
@@ -17,7 +24,7 @@ def all_policies(conn: sqlite3.Connection) -> list[Row]:
 
 def save(conn: sqlite3.Connection, row: Row) -> None:
     """Insert or replace one policy row (in :data:`_COLS` order)."""
-    conn.execute(f"INSERT OR REPLACE INTO policies ({_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row)
+    conn.execute(_SAVE, row)
 
 
 def delete(conn: sqlite3.Connection, namespace: str, queue: str) -> None:

@@ -17,7 +17,8 @@ def all_queues(conn: sqlite3.Connection) -> list[tuple[str, str, int | None, int
 def ensure(conn: sqlite3.Connection, namespace: str, queue: str, now: int) -> None:
     """Record a queue if it is new."""
     conn.execute(
-        "INSERT OR IGNORE INTO queues (namespace, queue, created_at) VALUES (?, ?, ?)",
+        "INSERT INTO queues (namespace, queue, created_at) VALUES (?, ?, ?) "
+        "ON CONFLICT (namespace, queue) DO NOTHING",
         (namespace, queue, now),
     )
 

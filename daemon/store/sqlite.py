@@ -40,11 +40,19 @@ def _members(protocol: type) -> list[str]:
 
 class _Bound:
     """One module's statements with the connection bound: an implementation of
-    ``protocol`` (every operation it names, nothing more)."""
+    ``protocol`` (every operation it names, nothing more).
 
-    def __init__(self, conn: sqlite3.Connection, module: ModuleType, protocol: type) -> None:
+    On PostgreSQL (a :class:`~daemon.store.postgres.PgConnection`, whose
+    ``dialect`` is ``"postgres"``) an operation ``name`` that the module also
+    defines as ``name_postgres`` is bound to that one: the few statements that
+    differ choose once, here, not on every call.
+    """
+
+    def __init__(self, conn: Any, module: ModuleType, protocol: type) -> None:
+        suffix = "_" + getattr(conn, "dialect", "sqlite")
         for name in _members(protocol):
-            setattr(self, name, partial(getattr(module, name), conn))
+            fn = getattr(module, name + suffix, None) or getattr(module, name)
+            setattr(self, name, partial(fn, conn))
 
 
 class SqliteStore(Store):

@@ -32,8 +32,8 @@ _ROLL_DAYS = (
 )
 #: A row's bytes: the texts a tenant's jobs fill (payload, result, error).
 _WINDOW_BYTES = (
-    "SELECT id, length(CAST(payload AS BLOB)) + ifnull(length(CAST(result AS BLOB)), 0) "
-    "+ ifnull(length(CAST(error AS BLOB)), 0) FROM jobs INDEXED BY ix_jobs_queue "
+    "SELECT id, length(CAST(payload AS BLOB)) + coalesce(length(CAST(result AS BLOB)), 0) "
+    "+ coalesce(length(CAST(error AS BLOB)), 0) FROM jobs INDEXED BY ix_jobs_queue "
     "WHERE namespace = ? AND queue = ? AND id > ? ORDER BY id LIMIT ?"
 )
 

@@ -14,6 +14,7 @@ claim, heartbeat, complete, fail, release, reap, fold, replay, promote.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -36,6 +37,8 @@ from daemon.store.interface import (
     UsageStore,
 )
 from daemon.store.opening import open_database
+from daemon.store.postgres import PgConnection
+from tests.postgres_thread import PostgresThread, fresh_postgres_database
 
 T = 1_700_000_000_000  # the horizon of each test
 LEASE_MS = 30_000
@@ -58,10 +61,10 @@ class Harness:
         return row
 
 
-def _sqlite(tmp_path) -> Iterator[Harness]:
-    db = open_database(tmp_path / "contract.sqlite")
-    clock = [T]
-    committer = GroupCommit(db.conn, lambda: clock[0])
+def _runner(clock: list[int], execute: Callable[[Callable[[Any], Any]], Any]):
+    """``run(fn, now)``: ``fn(tx)`` in one transaction at ``now``, through
+    ``execute`` (the committer's ``run_now``, where the store lives). A bug in
+    ``fn`` is raised as itself, not as the ``internal`` the committer answers."""
 
     def run(fn, now):
         clock[0] = now
@@ -70,27 +73,64 @@ def _sqlite(tmp_path) -> Iterator[Harness]:
         def write(tx):
             try:
                 return fn(tx)
-            except BaseException as exc:  # the committer answers a bug `internal`: keep it
+            except BaseException as exc:
                 raised.append(exc)
                 raise
 
         try:
-            return committer.run_now(write)
+            return execute(write)
         except Refused:
             if raised:
                 raise raised[0] from None
             raise
 
+    return run
+
+
+def _sqlite(tmp_path) -> Iterator[Harness]:
+    db = open_database(tmp_path / "contract.sqlite")
+    clock = [T]
+    committer = GroupCommit(db.conn, lambda: clock[0])
     try:
-        yield Harness(committer.store, run)
+        yield Harness(committer.store, _runner(clock, committer.run_now))
     finally:
         db.close()
 
 
-IMPLEMENTATIONS = {"sqlite": _sqlite}
+class _Remote:
+    """One part of a store whose calls run on the PostgreSQL thread, bridged."""
+
+    def __init__(self, part: Any, call: Callable[..., Any]) -> None:
+        self._part = part
+        self._call = call
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._part, name)
+        return lambda *args, **kwargs: self._call(partial(method, *args, **kwargs))
 
 
-@pytest.fixture(params=sorted(IMPLEMENTATIONS))
+class _RemoteStore:
+    def __init__(self, store: Store, call: Callable[..., Any]) -> None:
+        for part in ("jobs", "queues", "budgets", "policies", "settings", "audit", "usage",
+                     "retention"):  # fmt: skip
+            setattr(self, part, _Remote(getattr(store, part), call))
+
+
+def _postgres(tmp_path) -> Iterator[Harness]:
+    """The store on a fresh PostgreSQL database, served by a Trio thread with
+    trio-asyncio (as in the daemon); the test's calls cross into it."""
+    with fresh_postgres_database() as dsn, PostgresThread(dsn) as pg:
+        clock = [T]
+        committer = GroupCommit(PgConnection(), lambda: clock[0])
+        run = _runner(clock, lambda write: pg.call(partial(committer.run_now, write)))
+        yield Harness(_RemoteStore(committer.store, pg.call), run)  # type: ignore[arg-type]
+
+
+IMPLEMENTATIONS = {"sqlite": _sqlite, "postgres": _postgres}
+
+
+@pytest.fixture(params=[
+    "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])  # fmt: skip
 def store(request, tmp_path) -> Iterator[Harness]:
     yield from IMPLEMENTATIONS[request.param](tmp_path)
 
