@@ -10,6 +10,7 @@ connection, so that a plain test can run a synchronous function there with
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import queue
 import re
 import threading
@@ -41,11 +42,16 @@ def fresh_postgres_database(admin_dsn: str = ADMIN_DSN) -> Iterator[str]:
         finally:
             await conn.close()
 
-    asyncio.run(admin(f'CREATE DATABASE "{name}"'))
+    def run(statement: str) -> None:
+        # On a thread of its own: the caller may be inside Trio (or asyncio).
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            pool.submit(asyncio.run, admin(statement)).result()
+
+    run(f'CREATE DATABASE "{name}"')
     try:
         yield admin_dsn.rsplit("/", 1)[0] + "/" + name
     finally:
-        asyncio.run(admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        run(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def _schema_statements() -> list[str]:

@@ -71,6 +71,12 @@ def current() -> Any:
     return here.connection
 
 
+def connection_or_none() -> Any:
+    """The connection of the bridged call running now, or None outside one."""
+    here = greenlet.getcurrent()
+    return here.connection if isinstance(here, _Bridged) else None
+
+
 def bridged() -> bool:
     """Whether the code running now is inside a bridged call."""
     return isinstance(greenlet.getcurrent(), _Bridged)
@@ -94,6 +100,16 @@ async def run_in_asyncio(connection: Any, fn: Callable[..., T], *args: Any) -> T
         else:
             handed = child.switch(result)
     return handed  # type: ignore[no-any-return]
+
+
+async def run_pooled(pool: Any, fn: Callable[..., T], *args: Any) -> T:
+    """:func:`run` on a connection taken from the asyncpg ``pool`` for the call."""
+
+    async def on_a_connection() -> T:
+        async with pool.acquire() as connection:
+            return await run_in_asyncio(connection, fn, *args)
+
+    return await trio_asyncio.aio_as_trio(on_a_connection)()  # type: ignore[no-any-return]
 
 
 async def run(connection: Any, fn: Callable[..., T], *args: Any) -> T:

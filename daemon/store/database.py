@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 import trio
 
 from actors.errors import OUTCOMES, Refused, internal_error
+from daemon.store import bridge
 from daemon.store.health import StoreHealth, is_store_failure, store_refusal
 from daemon.store.interface import Pending
 from daemon.store.sqlite import SqliteStore
@@ -117,8 +118,11 @@ class GroupCommit:
         now_ms: Callable[[], int],
         budget_s: float = 0.001,
         health: StoreHealth | None = None,
+        pool: Any = None,
     ) -> None:
         self._conn = conn
+        #: PostgreSQL: each transaction runs bridged on a connection of this pool.
+        self._pool = pool
         # The dialect's words, from the connection (PostgreSQL: daemon.store.postgres).
         self._begin: str = getattr(conn, "begin_statement", "BEGIN IMMEDIATE")
         self._errors: tuple[type[BaseException], ...] = getattr(conn, "errors", (sqlite3.Error,))
@@ -229,15 +233,22 @@ class GroupCommit:
                 while self._queue:
                     while self._resume is not None:  # held (see held())
                         await self._resume.wait()
-                    self._commit(self._take())
+                    if self._pool is None:
+                        self._commit(self._take())
+                    else:
+                        await bridge.run_pooled(self._pool, self._commit, self._take())
                     if self._queue:
                         # Over budget: let the loop breathe, then go on.
                         await trio.lowlevel.cancel_shielded_checkpoint()
         finally:
             self._closed = True
             # Writes queued before the stop are answered, not lost.
-            while self._queue:
-                self._commit(self._take())
+            with trio.CancelScope(shield=True):
+                while self._queue:
+                    if self._pool is None:
+                        self._commit(self._take())
+                    else:
+                        await bridge.run_pooled(self._pool, self._commit, self._take())
 
     def _take(self) -> list[_Write]:
         """The first live write of the queue; the transaction grows from there."""
@@ -302,7 +313,10 @@ class GroupCommit:
                     if careful:
                         conn.execute("ROLLBACK TO w")
                         conn.execute("RELEASE w")
-                    elif conn.total_changes != changes:
+                    elif conn.total_changes != changes or isinstance(exc, self._errors):
+                        # Changed rows must be undone, and a failed statement may
+                        # have aborted the transaction (PostgreSQL does): again,
+                        # with a savepoint around each write.
                         self._journal.tx = None
                         conn.execute("ROLLBACK")
                         _rolled_back(writes)

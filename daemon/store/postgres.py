@@ -17,7 +17,10 @@ both texts and picks with :func:`is_postgres`.
 - Rows are asyncpg records: tuples by position, as sqlite3's rows are.
 
 One :class:`PgConnection` serves every bridged call; each call works on its own
-pool connection (:func:`daemon.store.bridge.current`).
+pool connection (:func:`daemon.store.bridge.current`). A statement made outside
+a bridged call (a read of a verb, the board, a timer) is a transaction of its
+own on any pooled connection, awaited through greenback from whichever Trio
+task made it: the daemon gives every task a portal (:class:`Portals`).
 """
 
 from __future__ import annotations
@@ -27,6 +30,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import asyncpg
+import greenback
+import trio
+import trio_asyncio
 
 from daemon.store import bridge
 
@@ -120,28 +126,47 @@ class PgConnection:
         OSError,
     )
 
-    def __init__(self) -> None:
+    def __init__(self, pool: Any = None) -> None:
+        #: The asyncpg pool statements outside a bridged call run on.
+        self.pool = pool
         #: Rows changed by this process's commands, as sqlite3's ``total_changes``.
         self.total_changes = 0
 
     @property
     def in_transaction(self) -> bool:
         """Whether the call's connection has a transaction open."""
-        return bool(bridge.current().is_in_transaction())
+        conn = bridge.connection_or_none()
+        return conn is not None and bool(conn.is_in_transaction())
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> PgCursor:
         """Run one statement; its rows (or an empty cursor with ``rowcount``)."""
         text, returns_rows = _translate(sql)
-        conn = bridge.current()
+        conn = bridge.connection_or_none()
+        if conn is None:
+            return self._alone(text, returns_rows, params)
         if returns_rows:
             rows = bridge.await_(conn.fetch(text, *params))
             if not text.lstrip()[:6].upper().startswith("SELECT"):
                 self.total_changes += len(rows)
             return PgCursor(rows, len(rows))
         status = bridge.await_(conn.execute(text, *params))
+        if status == "ROLLBACK" and text == "COMMIT":
+            # PostgreSQL answers COMMIT of an aborted transaction with a
+            # rollback, not an error: never report such writes as committed.
+            raise asyncpg.InFailedSQLTransactionError("COMMIT rolled back an aborted transaction")
         changed = _count(status) if status else 0
         self.total_changes += changed
         return PgCursor((), changed)
+
+    def _alone(self, text: str, returns_rows: bool, params: Sequence[Any]) -> PgCursor:
+        """One statement outside a transaction, from any Trio task with a portal."""
+        if self.pool is None:
+            raise bridge.NotBridged("a store statement ran outside a bridged call")
+        method = self.pool.fetch if returns_rows else self.pool.execute
+        done = greenback.await_(trio_asyncio.aio_as_trio(method)(text, *params))
+        if returns_rows:
+            return PgCursor(done, len(done))
+        return PgCursor((), _count(done) if done else 0)
 
     def executemany(self, sql: str, seq: Iterable[Sequence[Any]]) -> PgCursor:
         """Run one statement for each parameter tuple of ``seq``."""
@@ -151,6 +176,15 @@ class PgConnection:
             bridge.await_(bridge.current().executemany(text, args))
             self.total_changes += len(args)  # asyncpg reports no count: at most one each
         return PgCursor((), len(args))
+
+
+class Portals(trio.abc.Instrument):
+    """Gives every Trio task a greenback portal, so that synchronous store code
+    in any task can await PostgreSQL (the daemon adds it on PostgreSQL only)."""
+
+    def task_spawned(self, task: trio.lowlevel.Task) -> None:
+        """A new task: a portal for it."""
+        greenback.bestow_portal(task)
 
 
 def is_postgres(conn: Any) -> bool:
