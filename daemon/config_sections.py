@@ -77,7 +77,19 @@ class DaemonConfig:
     """``[daemon]``: where state lives, the listeners and the store."""
 
     state_dir: str = DEFAULT_STATE_DIR
+    #: A SQLite file (default: ``sluicegate.db`` in the state directory), or a
+    #: ``postgresql://user@host:port/db`` DSN: several daemons share that database.
     database: str = ""
+    #: PostgreSQL: a file holding the password (else the DSN's, ``PGPASSWORD``
+    #: or the passfile ``~/.pgpass``), so that it is never in the config file.
+    database_password_file: str = ""
+    #: PostgreSQL: connections each daemon keeps open at most.
+    database_pool_size: int = attrs.field(default=10, validator=at_least(2))
+    #: PostgreSQL: a statement running longer is cancelled (its write answers
+    #: ``unavailable``).
+    database_statement_timeout: Duration = attrs.field(default=30_000, validator=at_least(100))
+    #: PostgreSQL: how long one connection attempt may take.
+    database_connect_timeout: Duration = attrs.field(default=5_000, validator=at_least(100))
     socket: str = ""
     http: str = "127.0.0.1:7890"
     maintenance: bool = True
@@ -117,6 +129,12 @@ class DaemonConfig:
     def state_path(self) -> Path:
         """The state directory."""
         return Path(self.state_dir)
+
+    def postgres_dsn(self) -> str | None:
+        """The PostgreSQL DSN when ``database`` names one, else None (SQLite)."""
+        if self.database.startswith(("postgresql://", "postgres://")):
+            return self.database
+        return None
 
     def database_path(self) -> Path:
         """The database file: ``database``, else ``sluicegate.db`` in the state directory."""
@@ -228,6 +246,8 @@ DURATION_FIELDS: dict[type, set[str]] = {
         "loop_probe",
         "http_header_timeout",
         "idle_timeout",
+        "database_statement_timeout",
+        "database_connect_timeout",
     },
     RetentionConfig: {"completed_ttl", "dead_ttl", "interval"},
     PeriodicConfig: {"every", "lease_ms"},

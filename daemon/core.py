@@ -66,7 +66,9 @@ class Core:
         self.auth = Authenticator(config)
         cfg = config.daemon
         health = StoreHealth(cfg.database_path(), cfg.wal_max_bytes)
-        self.writer = GroupCommit(self.conn, clock.now_ms, health=health)
+        # PostgreSQL: each transaction on a connection of the pool (daemon.store.bridge).
+        pool = getattr(db, "pool", None)
+        self.writer = GroupCommit(self.conn, clock.now_ms, health=health, pool=pool)
         #: Every read and write of the daemon goes through this interface.
         self.store: Store = self.writer.store
         self.meter = usage.Meter()

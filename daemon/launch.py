@@ -12,17 +12,22 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+from collections.abc import AsyncIterator
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+import greenback
 import trio
+import trio_asyncio
 
 from daemon.config import DaemonConfig
 from daemon.pid_lock import PidLock
 from daemon.startup import StartupError, connection_cap, raise_file_limit, reason
 from daemon.store.health import StoreUnavailable
 from daemon.store.opening import open_database
+from daemon.store.pg_opening import open_postgres, redacted
+from daemon.store.postgres import Portals
 from daemon.transport.http_server import bind_http, close_sockets
 from daemon.transport.socket_server import bind_unix_socket, listener_from_fd
 
@@ -94,6 +99,46 @@ def claim_resources(
         claimed.callback(socket_file.remove)
     claimed.callback(listener.socket.close)
     return listener, http_sockets, max_connections
+
+
+@contextlib.asynccontextmanager
+async def opened_store(cfg: DaemonConfig) -> AsyncIterator[Any]:
+    """The store for the daemon's life: the SQLite file, or (``database`` a
+    ``postgresql://`` DSN) the PostgreSQL pool, with trio-asyncio's loop open
+    around it and a greenback portal in every task (daemon.store.postgres)."""
+    dsn = cfg.postgres_dsn()
+    if dsn is None:
+        db = open_store(cfg)
+        try:
+            yield db
+        finally:
+            db.close()
+        return
+    portals = Portals()
+    trio.lowlevel.add_instrument(portals)
+    try:
+        await greenback.ensure_portal()  # this task began before the instrument
+        async with trio_asyncio.open_loop():
+            pg = await open_postgres(
+                dsn,
+                password_file=cfg.database_password_file,
+                pool_size=cfg.database_pool_size,
+                statement_timeout_ms=cfg.database_statement_timeout,
+                connect_timeout_ms=cfg.database_connect_timeout,
+            )
+            try:
+                yield pg
+            finally:
+                with trio.CancelScope(shield=True):
+                    await pg.aclose()
+    finally:
+        trio.lowlevel.remove_instrument(portals)
+
+
+def store_shown(cfg: DaemonConfig) -> str:
+    """The store as logs show it: the file, or the DSN without its password."""
+    dsn = cfg.postgres_dsn()
+    return str(cfg.database_path()) if dsn is None else redacted(dsn)
 
 
 def open_store(cfg: DaemonConfig) -> Any:

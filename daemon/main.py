@@ -35,7 +35,7 @@ from daemon import systemd
 from daemon.config import Config, ConfigError, DaemonConfig, PeriodicConfig, load_config
 from daemon.config_watch import ConfigFileWatch
 from daemon.core import Core
-from daemon.launch import claim_resources, open_store
+from daemon.launch import claim_resources, opened_store, store_shown
 from daemon.logs import configure_logging
 from daemon.periodic import PeriodicScheduler
 from daemon.reload import decide
@@ -85,12 +85,9 @@ class Daemon:
         try:
             with contextlib.ExitStack() as claimed:  # released last: locks, listeners
                 listener, http_sockets, max_connections = claim_resources(cfg, fds, claimed)
-                db = open_store(cfg)
-                try:
+                async with opened_store(cfg) as db:
                     await self._serve(cfg, db, clock, listener, http_sockets, max_connections,
                                       socket_passed=bool(fds), task_status=task_status)  # fmt: skip
-                finally:
-                    db.close()
         finally:
             if self.started:  # a daemon that never served never "stopped"
                 log.info("stopped")
@@ -114,11 +111,12 @@ class Daemon:
             await root.start(self._signals)
             await root.start(core.run)
             await root.start(periodic.run)
-            checkpointer = Checkpointer(
-                cfg.database_path(), health=core.writer.health, hold_writes=core.writer.held
-            )
-            core.writer.after_commit.append(checkpointer.committed)
-            await root.start(checkpointer.run)
+            if cfg.postgres_dsn() is None:  # SQLite's WAL (PostgreSQL checkpoints itself)
+                checkpointer = Checkpointer(
+                    cfg.database_path(), health=core.writer.health, hold_writes=core.writer.held
+                )
+                core.writer.after_commit.append(checkpointer.committed)
+                await root.start(checkpointer.run)
             await self._provision()
             async with trio.open_nursery() as listeners:
                 server = self.socket_server = SocketServer(core, max_connections)
@@ -136,7 +134,7 @@ class Daemon:
                     "serving socket=%s http=%s store=%s max_connections=%d",
                     "LISTEN_FDS" if socket_passed else cfg.socket_path(),
                     ",".join(self.http_addresses) or "off",
-                    cfg.database_path(),
+                    store_shown(cfg),
                     max_connections,
                 )
                 _settle_heap()

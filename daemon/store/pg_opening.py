@@ -1,0 +1,115 @@
+"""Opening the PostgreSQL store: the pool, with retries, and the migrations.
+
+``[daemon] database = "postgresql://..."`` selects it. The daemon runs asyncpg
+under trio-asyncio (:mod:`daemon.store.bridge`); this module makes the pool
+once the asyncio loop is open. A database that does not answer at start is
+retried with backoff (one log line per attempt, the DSN shown without its
+password) until it does; the schema is then migrated under the advisory lock
+of :mod:`daemon.store.pg_schema`, so daemons starting together migrate once.
+
+The password comes from ``database_password_file``, else from the DSN,
+``PGPASSWORD`` or the passfile (asyncpg reads those two itself). It never
+appears in a log line or an error: :func:`redacted` is what is shown.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import trio
+import trio_asyncio
+
+from daemon.store.postgres import PgConnection
+
+log = logging.getLogger("sluicegate.store")
+
+#: First and longest wait between connection attempts at start (seconds).
+RETRY_S = (0.5, 10.0)
+
+
+def redacted(dsn: str) -> str:
+    """``dsn`` with any password replaced by ``***`` (for logs and errors)."""
+    parts = urlsplit(dsn)
+    if parts.password is None:
+        return dsn
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+class PgDatabase:
+    """The open PostgreSQL store: its pool, and the connection facade the
+    store's statements run on (``conn``, as SQLite's database has one)."""
+
+    def __init__(self, pool: Any, dsn: str) -> None:
+        self.pool = pool
+        self.conn = PgConnection(pool)
+        #: What logs show of the DSN.
+        self.shown = redacted(dsn)
+
+    async def aclose(self) -> None:
+        """Close the pool (connections in use are waited for)."""
+        await trio_asyncio.aio_as_trio(self.pool.close)()
+
+
+def _password(password_file: str) -> str | None:
+    if not password_file:
+        return None
+    return Path(password_file).read_text().strip()
+
+
+async def open_postgres(
+    dsn: str,
+    *,
+    password_file: str = "",
+    pool_size: int = 10,
+    statement_timeout_ms: int = 30_000,
+    connect_timeout_ms: int = 5_000,
+) -> PgDatabase:
+    """The pool on ``dsn`` (retried with backoff until the server answers),
+    migrated. Runs inside ``trio_asyncio.open_loop()``."""
+    # Imported here: the schema module is the migrations' (daemon.store.pg_schema).
+    from daemon.store.pg_schema import migrate_postgres
+
+    password = _password(password_file)
+    delay = RETRY_S[0]
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            pool = await trio_asyncio.aio_as_trio(asyncpg.create_pool)(
+                dsn,
+                password=password,
+                min_size=1,
+                max_size=pool_size,
+                timeout=connect_timeout_ms / 1000,
+                command_timeout=statement_timeout_ms / 1000,
+                server_settings={"application_name": "sluicegate"},
+            )
+            break
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
+            cause = str(exc).replace(password, "***") if password else str(exc)
+            log.warning(
+                "database %s unavailable (attempt %d: %s); retrying in %.1f s",
+                redacted(dsn), attempt, cause, delay,
+            )  # fmt: skip
+            await trio.sleep(delay)
+            delay = min(delay * 2, RETRY_S[1])
+
+    async def migrate() -> int:  # on the asyncio side, one pooled connection
+        async with pool.acquire() as conn:
+            return await migrate_postgres(conn)  # type: ignore[no-any-return]
+
+    try:
+        version = await trio_asyncio.aio_as_trio(migrate)()
+    except BaseException:
+        await trio_asyncio.aio_as_trio(pool.close)()
+        raise
+    log.info("database %s at schema version %d", redacted(dsn), version)
+    return PgDatabase(pool, dsn)

@@ -1,0 +1,106 @@
+"""``sluice serve`` on PostgreSQL (issue 15): a job's life, two daemons on one
+database, a restart, and a password that never reaches the log."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.postgres_thread import fresh_postgres_database
+from tests.support import DaemonProcess
+
+pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
+
+
+@pytest.fixture
+def pg_dsn() -> Iterator[str]:
+    with fresh_postgres_database() as dsn:
+        yield dsn
+
+
+def _daemon(workdir: Path, dsn: str, extra: str = "") -> DaemonProcess:
+    workdir.mkdir(parents=True, exist_ok=True)
+    proc = DaemonProcess(workdir, f'database = "{dsn}"\n{extra}', http=False)
+    proc.start(timeout=30)
+    return proc
+
+
+@pytest.fixture
+def two_daemons(tmp_path, pg_dsn) -> Iterator[tuple[DaemonProcess, DaemonProcess]]:
+    a = _daemon(tmp_path / "a", pg_dsn)
+    b = _daemon(tmp_path / "b", pg_dsn)
+    try:
+        yield a, b
+    finally:
+        a.cleanup()
+        b.cleanup()
+
+
+def test_a_job_life_on_postgresql(tmp_path, pg_dsn):
+    daemon = _daemon(tmp_path, pg_dsn)
+    try:
+        c = daemon.client()
+        job = c.ok("enqueue", queue="q", type="t", payload={"n": 1}, priority=7)["job"]
+        assert job["status"] == "pending" and job["priority"] == 7
+        claimed = c.ok("claim_next", queues=["q"])["jobs"][0]["job"]
+        assert claimed["id"] == job["id"] and claimed["status"] == "running"
+        assert claimed["attempts"] == 1
+        assert c.ok("claim_next", queues=["q"])["empty"] is True
+        beat = c.ok("heartbeat", job_id=job["id"], lease=claimed["lease"], lease_ms=600_000)
+        assert beat["lease_expires_at"] > claimed["lease_expires_at"]
+        done = c.ok("complete", job_id=job["id"], lease=claimed["lease"], result={"ok": 1})
+        assert done["job"]["status"] == "completed" and done["job"]["result"] == {"ok": 1}
+        # Reads outside a transaction (get, list, status) on the pool.
+        assert c.ok("get", job_id=job["id"])["job"]["status"] == "completed"
+        assert [j["id"] for j in c.ok("list", status="completed")["jobs"]] == [job["id"]]
+        (row,) = c.ok("status")["queues"]
+        assert row["completed"] == 1 and row["pending"] == 0
+        again = c.error("complete", job_id=job["id"], lease=claimed["lease"])
+        assert again["code"] == "lease_lost"
+    finally:
+        daemon.cleanup()
+
+
+def test_two_daemons_share_the_queue_and_never_hand_out_a_job_twice(two_daemons):
+    a, b = two_daemons
+    ca, cb = a.client(), b.client()
+    ids = {ca.ok("enqueue", queue="q", type="t", payload={"i": i})["job"]["id"] for i in range(30)}
+    ids |= {cb.ok("enqueue", queue="q", type="t", payload={"i": i})["job"]["id"] for i in range(30)}
+    claimed: list[str] = []
+    for _ in range(40):  # alternate: each daemon claims from the one queue
+        for client in (ca, cb):
+            jobs = client.ok("claim_next", queues=["q"], max=2)["jobs"]
+            claimed += [j["job"]["id"] for j in jobs]
+    assert len(claimed) == len(set(claimed)) == 60
+    assert set(claimed) == ids
+    assert ca.ok("claim_next", queues=["q"])["empty"] is True
+
+
+def test_jobs_survive_a_restart_and_are_seen_by_the_next_daemon(tmp_path, pg_dsn):
+    first = _daemon(tmp_path / "first", pg_dsn)
+    try:
+        job = first.client().ok("enqueue", queue="q", type="t", payload={})["job"]
+    finally:
+        first.stop()
+    second = _daemon(tmp_path / "second", pg_dsn)
+    try:
+        c = second.client()
+        assert c.ok("get", job_id=job["id"])["job"]["status"] == "pending"
+        assert c.ok("claim_next", queues=["q"])["jobs"][0]["job"]["id"] == job["id"]
+    finally:
+        second.cleanup()
+
+
+def test_the_password_never_reaches_the_log(tmp_path, pg_dsn):
+    secret = "s3cret-Pw-9Z"  # trust auth ignores it; the log must not show it
+    dsn = pg_dsn.replace("postgresql://postgres@", f"postgresql://postgres:{secret}@")
+    daemon = _daemon(tmp_path, dsn)
+    try:
+        daemon.client().ok("enqueue", queue="q", type="t", payload={})
+    finally:
+        daemon.stop()
+    log = daemon.log_text()
+    assert secret not in log
+    assert "postgres:***@" in log
