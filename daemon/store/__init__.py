@@ -6,7 +6,9 @@ store (the protocols :class:`~daemon.store.interface.JobStore`, ...,
 PostgreSQL alike; jobs cross it as :class:`~daemon.store.rows.JobRow`.
 :mod:`daemon.store.sqlite` is the SQLite implementation, made of the named
 statements of :mod:`daemon.store.jobs`, :mod:`~daemon.store.queues`, ...;
-:mod:`daemon.store.schema` creates and migrates the tables, and
-:mod:`daemon.store.database` opens SQLite and runs group commits.
+:mod:`daemon.store.schema` holds the migrations, one list for SQLite and
+PostgreSQL, and applies them to SQLite (:mod:`daemon.store.pg_schema` to
+PostgreSQL), and :mod:`daemon.store.database` opens SQLite and runs group
+commits.
 Only this package imports ``sqlite3`` (an import-linter contract).
 """

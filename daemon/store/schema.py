@@ -1,16 +1,49 @@
-"""Versioned schema migrations, applied with sqlite-utils.
+"""Versioned schema migrations: one list, for SQLite and PostgreSQL.
 
-``PRAGMA user_version`` records the last migration applied; each migration runs
-in its own ``BEGIN IMMEDIATE`` transaction, so a crash leaves the schema at a
-whole version. Add a migration by appending a function to :data:`MIGRATIONS`;
-never edit one that has shipped.
+Each entry of :data:`MIGRATIONS` is a :class:`~daemon.store.migration.Migration`:
+a version, a short name, its SQLite form (a function over a sqlite-utils
+database) and its PostgreSQL form (SQL statements) making the same tables,
+columns and indexes, so the same queries, modulo parameter style, run on both.
+
+Each dialect keeps its version its own way. SQLite: ``PRAGMA user_version``
+records the last migration applied, and each migration runs in its own
+``BEGIN IMMEDIATE`` transaction, so a crash leaves the schema at a whole
+version (:func:`migrate`, here). PostgreSQL: one row per migration applied in
+the table ``sluicegate_schema_migrations``, each migration in its own
+transaction under an advisory lock, so that daemons starting together migrate
+once (:mod:`daemon.store.pg_schema`).
+
+Add a migration by appending an entry with both forms; never edit one that
+has shipped: databases in the field are past it and would never see the edit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import sqlite_utils
+
+from daemon.store.migration import (
+    Migration,
+    SchemaStatus,
+    SchemaTooNew,
+    Step,
+    pending_steps,
+    refuse_newer,
+)
+
+__all__ = ["MIGRATIONS", "Migration", "SchemaTooNew", "migrate", "schema_version", "sqlite_status"]
+
+# The PostgreSQL forms follow SQLite's schema name for name; where SQLite relies
+# on its own typing, they say so explicitly:
+# * Integers and ms instants are bigint: SQLite's INTEGER holds 64 bits in any
+#   column. (SQLite would also store a string there; PostgreSQL refuses it.)
+# * Every text column is COLLATE "C": SQLite compares text as bytes (BINARY),
+#   so ids, keys and cursors (``id > ?``, ``ORDER BY id``) must sort the same
+#   whatever locale the PostgreSQL database was created with.
+# * JSON (payload, budgets, error, result, dead, audit's before/after, policy)
+#   stays text, not jsonb: the store passes it through as it does on SQLite,
+#   and jsonb would reorder keys and parse every write.
+# * A SQLite TEXT PRIMARY KEY accepts NULL (a legacy quirk); a PostgreSQL
+#   primary key is NOT NULL. The store never writes a NULL key.
 
 
 def _v1_jobs_settings_audit(db: sqlite_utils.Database) -> None:
@@ -102,6 +135,72 @@ def _v1_jobs_settings_audit(db: sqlite_utils.Database) -> None:
     db["audit"].create_index(["namespace", "target_kind", "target", "id"], "ix_audit_target")
 
 
+_V1_POSTGRES = (
+    """CREATE TABLE jobs (
+        id text COLLATE "C" PRIMARY KEY,
+        namespace text COLLATE "C" NOT NULL,
+        queue text COLLATE "C" NOT NULL,
+        type text COLLATE "C" NOT NULL,
+        payload text COLLATE "C" NOT NULL,
+        priority bigint NOT NULL,
+        state text COLLATE "C" NOT NULL,
+        attempts bigint NOT NULL,
+        max_attempts bigint NOT NULL,
+        lease_ms bigint NOT NULL,
+        ready_at bigint NOT NULL,
+        created_at bigint NOT NULL,
+        updated_at bigint NOT NULL,
+        finished_at bigint,
+        lease text COLLATE "C",
+        lease_expires_at bigint,
+        unique_key text COLLATE "C",
+        budgets text COLLATE "C",
+        error text COLLATE "C",
+        result text COLLATE "C",
+        dead text COLLATE "C"
+    )""",
+    "CREATE INDEX ix_jobs_ready ON jobs (namespace, queue, priority, ready_at, id) "
+    "WHERE state = 'pending'",
+    "CREATE INDEX ix_jobs_scheduled ON jobs (ready_at) WHERE state = 'scheduled'",
+    "CREATE INDEX ix_jobs_lease ON jobs (lease_expires_at) WHERE state = 'running'",
+    "CREATE UNIQUE INDEX ux_jobs_unique ON jobs (namespace, queue, unique_key) "
+    "WHERE unique_key IS NOT NULL AND state IN ('scheduled', 'pending', 'running')",
+    "CREATE INDEX ix_jobs_queue ON jobs (namespace, queue, id)",
+    "CREATE INDEX ix_jobs_dead ON jobs (namespace, queue, id) WHERE state = 'dead'",
+    """CREATE TABLE queues (
+        namespace text COLLATE "C" NOT NULL,
+        queue text COLLATE "C" NOT NULL,
+        completed_ttl_ms bigint,
+        dead_ttl_ms bigint,
+        created_at bigint NOT NULL,
+        PRIMARY KEY (namespace, queue)
+    )""",
+    """CREATE TABLE settings (
+        key text COLLATE "C" PRIMARY KEY,
+        value text COLLATE "C" NOT NULL,
+        updated_at bigint NOT NULL
+    )""",
+    # SQLite's audit.id is INTEGER PRIMARY KEY, the rowid: an insert without an
+    # id gets the largest plus one. PostgreSQL's identity column numbers rows
+    # from a sequence instead: increasing as inserted, not as committed, so with
+    # several daemons a row may appear below an id a reader has already passed.
+    # BY DEFAULT, so rows copied from SQLite can keep their ids (the copier then
+    # moves the sequence past them with setval).
+    """CREATE TABLE audit (
+        id bigint GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+        at bigint NOT NULL,
+        actor text COLLATE "C" NOT NULL,
+        namespace text COLLATE "C" NOT NULL,
+        target_kind text COLLATE "C" NOT NULL,
+        target text COLLATE "C" NOT NULL,
+        action text COLLATE "C" NOT NULL,
+        before text COLLATE "C",
+        after text COLLATE "C"
+    )""",
+    "CREATE INDEX ix_audit_target ON audit (namespace, target_kind, target, id)",
+)
+
+
 def _v2_budgets(db: sqlite_utils.Database) -> None:
     # A budget's settings and its token pool's persisted state (actors.budget.PoolState),
     # so a restart neither refills a drip nor forgets what is in flight.
@@ -126,6 +225,23 @@ def _v2_budgets(db: sqlite_utils.Database) -> None:
     )  # fmt: skip
 
 
+_V2_POSTGRES = (
+    """CREATE TABLE budgets (
+        namespace text COLLATE "C" NOT NULL,
+        key text COLLATE "C" NOT NULL,
+        allocation bigint NOT NULL,
+        strategy text COLLATE "C" NOT NULL,
+        created_at bigint NOT NULL,
+        updated_at bigint NOT NULL,
+        units bigint NOT NULL,
+        as_of_ms bigint NOT NULL,
+        in_flight bigint NOT NULL,
+        source text COLLATE "C" NOT NULL,
+        PRIMARY KEY (namespace, key)
+    )""",
+)
+
+
 def _v3_parking(db: sqlite_utils.Database) -> None:
     # A job whose budget cannot pay is parked: it keeps status pending but
     # leaves the ready index, so claims never read past it, and its budget
@@ -141,6 +257,15 @@ def _v3_parking(db: sqlite_utils.Database) -> None:
     )
 
 
+_V3_POSTGRES = (
+    'ALTER TABLE jobs ADD COLUMN parked_on text COLLATE "C"',
+    "DROP INDEX ix_jobs_ready",
+    "CREATE INDEX ix_jobs_ready ON jobs (namespace, queue, priority, ready_at, id) "
+    "WHERE state = 'pending' AND parked_on IS NULL",
+    "CREATE INDEX ix_jobs_parked ON jobs (namespace, parked_on, id) WHERE parked_on IS NOT NULL",
+)
+
+
 def _v4_leader(db: sqlite_utils.Database) -> None:
     # Leader leases: one row per role (``retention``), held by one daemon among
     # all those sharing the database until ``expires_at`` (wall ms) unless renewed.
@@ -149,6 +274,15 @@ def _v4_leader(db: sqlite_utils.Database) -> None:
         pk="role",
         not_null={"role", "holder", "expires_at"},
     )
+
+
+_V4_POSTGRES = (
+    """CREATE TABLE leader (
+        role text COLLATE "C" PRIMARY KEY,
+        holder text COLLATE "C" NOT NULL,
+        expires_at bigint NOT NULL
+    )""",
+)
 
 
 def _v5_policies(db: sqlite_utils.Database) -> None:
@@ -167,6 +301,28 @@ def _v5_policies(db: sqlite_utils.Database) -> None:
         pk=("namespace", "queue", "window_start"),
         not_null={"namespace", "queue", "window_start", "used"},
     )
+
+
+_V5_POSTGRES = (
+    """CREATE TABLE policies (
+        namespace text COLLATE "C" NOT NULL,
+        queue text COLLATE "C" NOT NULL,
+        policy text COLLATE "C" NOT NULL,
+        created_at bigint NOT NULL,
+        updated_at bigint NOT NULL,
+        created_by text COLLATE "C",
+        updated_by text COLLATE "C",
+        source text COLLATE "C" NOT NULL,
+        PRIMARY KEY (namespace, queue)
+    )""",
+    """CREATE TABLE policy_usage (
+        namespace text COLLATE "C" NOT NULL,
+        queue text COLLATE "C" NOT NULL,
+        window_start bigint NOT NULL,
+        used bigint NOT NULL,
+        PRIMARY KEY (namespace, queue, window_start)
+    )""",
+)
 
 
 def _v6_usage(db: sqlite_utils.Database) -> None:
@@ -193,29 +349,55 @@ def _v6_usage(db: sqlite_utils.Database) -> None:
     )
 
 
-MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
-    _v1_jobs_settings_audit,
-    _v2_budgets,
-    _v3_parking,
-    _v4_leader,
-    _v5_policies,
-    _v6_usage,
+_V6_POSTGRES = (
+    """CREATE TABLE usage_minutes (
+        namespace text COLLATE "C" NOT NULL,
+        minute bigint NOT NULL,
+        jobs bigint NOT NULL,
+        rolled bigint NOT NULL DEFAULT 0,
+        PRIMARY KEY (namespace, minute)
+    )""",
+    "CREATE INDEX ix_usage_unrolled ON usage_minutes (minute) WHERE jobs > rolled",
+    """CREATE TABLE usage_days (
+        namespace text COLLATE "C" NOT NULL,
+        day bigint NOT NULL,
+        jobs bigint NOT NULL,
+        PRIMARY KEY (namespace, day)
+    )""",
+    """CREATE TABLE usage_levels (
+        namespace text COLLATE "C" NOT NULL,
+        month text COLLATE "C" NOT NULL,
+        level bigint NOT NULL,
+        PRIMARY KEY (namespace, month)
+    )""",
+)
+
+
+#: Every migration, in order: entry ``i`` is version ``i + 1`` (the version
+#: field says so for the reader; tests/unit/test_schema.py holds them equal).
+MIGRATIONS: list[Migration] = [
+    Migration(1, "jobs_settings_audit", _v1_jobs_settings_audit, _V1_POSTGRES),
+    Migration(2, "budgets", _v2_budgets, _V2_POSTGRES),
+    Migration(3, "parking", _v3_parking, _V3_POSTGRES),
+    Migration(4, "leader", _v4_leader, _V4_POSTGRES),
+    Migration(5, "policies", _v5_policies, _V5_POSTGRES),
+    Migration(6, "usage", _v6_usage, _V6_POSTGRES),
 ]
 
 
 def schema_version(db: sqlite_utils.Database) -> int:
-    """The last migration applied (0 for a new database)."""
+    """The last migration applied to a SQLite database (0 for a new one)."""
     return db.execute("PRAGMA user_version").fetchone()[0]
 
 
 def migrate(db: sqlite_utils.Database) -> int:
-    """Apply every migration past the stored version; return the new version."""
+    """Apply every migration past the stored version; return the new version.
+
+    Raises :class:`~daemon.store.migration.SchemaTooNew` (a ``RuntimeError``)
+    for a database a newer build migrated, having changed nothing.
+    """
     version = schema_version(db)
-    if version > len(MIGRATIONS):
-        raise RuntimeError(
-            f"database schema version {version} is newer than this sluicegate "
-            f"({len(MIGRATIONS)}); upgrade sluicegate"
-        )
+    refuse_newer(version, len(MIGRATIONS))
     for number, step in enumerate(MIGRATIONS[version:], start=version + 1):
         conn = db.conn
         conn.execute("BEGIN IMMEDIATE")
@@ -227,3 +409,20 @@ def migrate(db: sqlite_utils.Database) -> int:
             conn.execute("ROLLBACK")
             raise
     return len(MIGRATIONS)
+
+
+def sqlite_status(db: sqlite_utils.Database) -> SchemaStatus:
+    """The schema of a SQLite database against this build's migrations.
+
+    ``user_version`` is a bare number, so the applied migrations are named from
+    this build's list and carry no times; versions past the list are counted
+    in ``current`` but cannot be named.
+    """
+    current = schema_version(db)
+    return SchemaStatus(
+        dialect="sqlite",
+        current=current,
+        latest=len(MIGRATIONS),
+        applied=tuple(Step(m.version, m.name) for m in MIGRATIONS[:current]),
+        pending=pending_steps(MIGRATIONS, current),
+    )

@@ -8,6 +8,7 @@ import pytest
 import sqlite_utils
 
 from daemon.store import schema
+from daemon.store.migration import SchemaTooNew
 from daemon.store.opening import open_database
 
 
@@ -106,3 +107,47 @@ def test_migrations_apply_in_order_from_the_stored_version(db, monkeypatch):
     base = len(schema.MIGRATIONS) - 2
     assert seen == [base, base + 1]
     assert schema.schema_version(db) == base + 2
+
+
+def test_one_list_numbers_its_migrations_in_order():
+    assert [m.version for m in schema.MIGRATIONS] == list(range(1, len(schema.MIGRATIONS) + 1))
+    assert len({m.name for m in schema.MIGRATIONS}) == len(schema.MIGRATIONS)
+    assert all(m.postgres and callable(m.sqlite) for m in schema.MIGRATIONS)
+
+
+def test_a_newer_database_is_refused_naming_both_versions(db):
+    latest = len(schema.MIGRATIONS)
+    db.execute(f"PRAGMA user_version = {latest + 1}")
+    with pytest.raises(SchemaTooNew) as refused:
+        schema.migrate(db)
+    assert str(refused.value) == (
+        f"database schema version {latest + 1} is newer than this sluicegate ({latest}); "
+        "upgrade sluicegate"
+    )
+    assert (refused.value.found, refused.value.known) == (latest + 1, latest)
+
+
+def test_status_before_and_after_migrating(db):
+    names = [m.name for m in schema.MIGRATIONS]
+    before = schema.sqlite_status(db)
+    assert (before.dialect, before.current, before.latest) == ("sqlite", 0, len(names))
+    assert before.applied == ()
+    assert [(s.version, s.name) for s in before.pending] == list(enumerate(names, start=1))
+    assert not before.up_to_date and not before.too_new
+
+    schema.migrate(db)
+    after = schema.sqlite_status(db)
+    assert (after.current, after.latest, after.pending) == (len(names), len(names), ())
+    assert [s.name for s in after.applied] == names
+    # user_version is a bare number: SQLite cannot say when.
+    assert {s.applied_at for s in after.applied} == {None}
+    assert after.up_to_date and not after.too_new
+
+
+def test_status_of_a_newer_database(db):
+    latest = len(schema.MIGRATIONS)
+    db.execute(f"PRAGMA user_version = {latest + 2}")
+    status = schema.sqlite_status(db)
+    assert (status.current, status.latest, status.pending) == (latest + 2, latest, ())
+    assert len(status.applied) == latest  # the versions past this build have no names here
+    assert status.too_new and not status.up_to_date
