@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import queue
-import re
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -25,6 +24,7 @@ import trio
 import trio_asyncio
 
 from daemon.store import bridge
+from daemon.store.pg_schema import migrate_postgres
 
 T = TypeVar("T")
 ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -54,25 +54,9 @@ def fresh_postgres_database(admin_dsn: str = ADMIN_DSN) -> Iterator[str]:
         run(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def _schema_statements() -> list[str]:
-    """The SQLite schema's statements, as PostgreSQL reads them (temporary: the
-    one migration list for both dialects replaces this)."""
-    import tempfile
-
-    from daemon.store.opening import open_database
-
-    with tempfile.TemporaryDirectory() as tmp:
-        db = open_database(f"{tmp}/s.db")
-        rows = db.conn.execute(
-            "SELECT sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY type DESC, name"
-        ).fetchall()
-        db.conn.close()
-    return [re.sub(r"\bINTEGER\b", "BIGINT", sql) for (sql,) in rows]
-
-
 class PostgresThread:
     """A Trio thread with trio-asyncio and one asyncpg connection to ``dsn``
-    (the schema applied); :meth:`call` runs a synchronous function there, bridged."""
+    (migrated); :meth:`call` runs a synchronous function there, bridged."""
 
     def __init__(self, dsn: str) -> None:
         self.dsn = dsn
@@ -117,8 +101,7 @@ class PostgresThread:
         async with trio_asyncio.open_loop():
             self.conn = await trio_asyncio.aio_as_trio(asyncpg.connect)(self.dsn, timeout=5)
             try:
-                for statement in _schema_statements():
-                    await trio_asyncio.aio_as_trio(self.conn.execute)(statement)
+                await trio_asyncio.aio_as_trio(migrate_postgres)(self.conn)
                 # Served by a task of this loop: trio-asyncio's loop is found in
                 # its context, which a task started from another thread lacks.
                 self._requests, requests = trio.open_memory_channel[Any](100)

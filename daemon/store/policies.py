@@ -45,6 +45,7 @@ def charge(conn: sqlite3.Connection, namespace: str, queue: str, window_start: i
     """Charge ``n`` claims to a window, in the claim's transaction."""
     conn.execute(
         "INSERT INTO policy_usage (namespace, queue, window_start, used) VALUES (?, ?, ?, ?) "
-        "ON CONFLICT (namespace, queue, window_start) DO UPDATE SET used = used + excluded.used",
+        "ON CONFLICT (namespace, queue, window_start) "
+        "DO UPDATE SET used = policy_usage.used + excluded.used",
         (namespace, queue, window_start, n),
     )

@@ -22,13 +22,14 @@ DAY_MINUTES = 1440
 
 _METER = (
     "INSERT INTO usage_minutes (namespace, minute, jobs) VALUES (?, ?, ?) "
-    "ON CONFLICT (namespace, minute) DO UPDATE SET jobs = jobs + excluded.jobs"
+    # The table's name qualifies its column: PostgreSQL reads a bare one as ambiguous.
+    "ON CONFLICT (namespace, minute) DO UPDATE SET jobs = usage_minutes.jobs + excluded.jobs"
 )
 _ROLL_DAYS = (
     "INSERT INTO usage_days (namespace, day, jobs) "
     "SELECT namespace, minute / 1440, SUM(jobs - rolled) FROM usage_minutes "
     "WHERE jobs > rolled GROUP BY namespace, minute / 1440 "
-    "ON CONFLICT (namespace, day) DO UPDATE SET jobs = jobs + excluded.jobs"
+    "ON CONFLICT (namespace, day) DO UPDATE SET jobs = usage_days.jobs + excluded.jobs"
 )
 #: A row's bytes: the texts a tenant's jobs fill (payload, result, error).
 _WINDOW_BYTES = (

@@ -4,6 +4,7 @@ database, a restart, and a password that never reaches the log."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -41,7 +42,13 @@ def two_daemons(tmp_path, pg_dsn) -> Iterator[tuple[DaemonProcess, DaemonProcess
 def test_a_job_life_on_postgresql(tmp_path, pg_dsn):
     daemon = _daemon(tmp_path, pg_dsn)
     try:
-        c = daemon.client()
+        _a_job_life(daemon)
+    finally:
+        daemon.cleanup()
+
+
+def _a_job_life(daemon: DaemonProcess) -> None:
+    with closing(daemon.client()) as c:
         job = c.ok("enqueue", queue="q", type="t", payload={"n": 1}, priority=7)["job"]
         assert job["status"] == "pending" and job["priority"] == 7
         claimed = c.ok("claim_next", queues=["q"])["jobs"][0]["job"]
@@ -59,13 +66,15 @@ def test_a_job_life_on_postgresql(tmp_path, pg_dsn):
         assert row["completed"] == 1 and row["pending"] == 0
         again = c.error("complete", job_id=job["id"], lease=claimed["lease"])
         assert again["code"] == "lease_lost"
-    finally:
-        daemon.cleanup()
 
 
 def test_two_daemons_share_the_queue_and_never_hand_out_a_job_twice(two_daemons):
     a, b = two_daemons
-    ca, cb = a.client(), b.client()
+    with closing(a.client()) as ca, closing(b.client()) as cb:
+        _share(ca, cb)
+
+
+def _share(ca, cb) -> None:
     ids = {ca.ok("enqueue", queue="q", type="t", payload={"i": i})["job"]["id"] for i in range(30)}
     ids |= {cb.ok("enqueue", queue="q", type="t", payload={"i": i})["job"]["id"] for i in range(30)}
     claimed: list[str] = []
@@ -81,14 +90,15 @@ def test_two_daemons_share_the_queue_and_never_hand_out_a_job_twice(two_daemons)
 def test_jobs_survive_a_restart_and_are_seen_by_the_next_daemon(tmp_path, pg_dsn):
     first = _daemon(tmp_path / "first", pg_dsn)
     try:
-        job = first.client().ok("enqueue", queue="q", type="t", payload={})["job"]
+        with closing(first.client()) as c:
+            job = c.ok("enqueue", queue="q", type="t", payload={})["job"]
     finally:
         first.stop()
     second = _daemon(tmp_path / "second", pg_dsn)
     try:
-        c = second.client()
-        assert c.ok("get", job_id=job["id"])["job"]["status"] == "pending"
-        assert c.ok("claim_next", queues=["q"])["jobs"][0]["job"]["id"] == job["id"]
+        with closing(second.client()) as c:
+            assert c.ok("get", job_id=job["id"])["job"]["status"] == "pending"
+            assert c.ok("claim_next", queues=["q"])["jobs"][0]["job"]["id"] == job["id"]
     finally:
         second.cleanup()
 
@@ -98,7 +108,8 @@ def test_the_password_never_reaches_the_log(tmp_path, pg_dsn):
     dsn = pg_dsn.replace("postgresql://postgres@", f"postgresql://postgres:{secret}@")
     daemon = _daemon(tmp_path, dsn)
     try:
-        daemon.client().ok("enqueue", queue="q", type="t", payload={})
+        with closing(daemon.client()) as c:
+            c.ok("enqueue", queue="q", type="t", payload={})
     finally:
         daemon.stop()
     log = daemon.log_text()

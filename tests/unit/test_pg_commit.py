@@ -16,7 +16,7 @@ import trio_asyncio
 from actors.errors import Refused
 from daemon.store.database import GroupCommit
 from daemon.store.postgres import PgConnection, Portals
-from tests.postgres_thread import _schema_statements, fresh_postgres_database
+from tests.postgres_thread import fresh_postgres_database
 
 pytestmark = pytest.mark.postgres
 
@@ -33,8 +33,6 @@ async def _committer() -> AsyncIterator[tuple[GroupCommit, PgConnection]]:
                     dsn, min_size=1, max_size=4
                 )
                 try:
-                    for statement in _schema_statements():
-                        await trio_asyncio.aio_as_trio(pool.execute)(statement)
                     await trio_asyncio.aio_as_trio(pool.execute)(
                         "CREATE TABLE t (k TEXT PRIMARY KEY, v BIGINT)"
                     )
