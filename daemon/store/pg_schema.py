@@ -10,18 +10,18 @@ The version is the largest row.
 
 **Why an advisory lock.** Several daemons share one database (issue 15) and
 a deploy starts them together; each migrates at start. Each migration runs
-in its own transaction that first takes
-``pg_advisory_xact_lock(``:data:`LOCK_KEY```)``; a second daemon waits there
-until the first commits, then reads the version again and finds that
-migration done, so every migration is applied once and no daemon fails on
-"relation already exists". The transaction runs at READ COMMITTED whatever the
-connection's default, because only there does a statement after the lock
-see what committed while it waited (REPEATABLE READ would read the version
-of before the wait). A transaction-level lock is released by COMMIT or
-ROLLBACK, and by the server when a daemon dies mid-migration, so unlike a
-session lock it cannot outlive its migration on a pooled connection. One
-transaction per migration, as on SQLite: PostgreSQL's DDL is transactional,
-so a failed migration leaves the schema at the whole version before it.
+in its own transaction that first takes ``pg_advisory_xact_lock`` on
+:data:`LOCK_KEY`; a second daemon waits there until the first commits, then
+reads the version again and finds that migration done, so every migration
+is applied once and no daemon fails on "relation already exists". The
+transaction runs at READ COMMITTED whatever the connection's default,
+because only there does a statement after the lock see what committed while
+it waited (REPEATABLE READ would read the version of before the wait). A
+transaction-level lock is released by COMMIT or ROLLBACK, and by the server
+when a daemon dies mid-migration, so unlike a session lock it cannot outlive
+its migration on a pooled connection. One transaction per migration, as on
+SQLite: PostgreSQL's DDL is transactional, so a failed migration leaves the
+schema at the whole version before it.
 
 These functions take an asyncpg connection, not in a transaction; the daemon
 runs them under trio-asyncio, the tests under ``asyncio.run``.
