@@ -65,7 +65,8 @@ class Core:
         self.clock = clock
         self.auth = Authenticator(config)
         cfg = config.daemon
-        health = StoreHealth(cfg.database_path(), cfg.wal_max_bytes)
+        # (PostgreSQL: no file, so no free-space check.)
+        health = StoreHealth(None if cfg.postgres_dsn() else cfg.database_path(), cfg.wal_max_bytes)
         # PostgreSQL: each transaction on a connection of the pool (daemon.store.bridge).
         pool = getattr(db, "pool", None)
         self.writer = GroupCommit(self.conn, clock.now_ms, health=health, pool=pool)

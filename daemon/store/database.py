@@ -236,7 +236,7 @@ class GroupCommit:
                     if self._pool is None:
                         self._commit(self._take())
                     else:
-                        await bridge.run_pooled(self._pool, self._commit, self._take())
+                        await self._commit_pooled(self._take())
                     if self._queue:
                         # Over budget: let the loop breathe, then go on.
                         await trio.lowlevel.cancel_shielded_checkpoint()
@@ -248,7 +248,28 @@ class GroupCommit:
                     if self._pool is None:
                         self._commit(self._take())
                     else:
-                        await bridge.run_pooled(self._pool, self._commit, self._take())
+                        await self._commit_pooled(self._take())
+
+    async def _commit_pooled(self, writes: list[_Write]) -> None:
+        """PostgreSQL: the transaction bridged on a pooled connection. With no
+        connection to be had (the database is down), the writes are answered
+        ``unavailable`` and the committer lives on."""
+        began = False
+
+        def commit(writes: list[_Write]) -> None:
+            nonlocal began
+            began = True  # from here _commit answers every write itself
+            self._commit(writes)
+
+        try:
+            await bridge.run_pooled(self._pool, commit, writes)
+        except Exception as exc:  # the pool's own errors too: never the committer's end
+            if began:
+                log.warning("database connection lost after a transaction: %r", exc)
+                return
+            self._fail_all(writes, exc)
+            for item in writes:
+                item.done(item.result, item.error)
 
     def _take(self) -> list[_Write]:
         """The first live write of the queue; the transaction grows from there."""
@@ -367,13 +388,17 @@ class GroupCommit:
 
     def _probe(self) -> None:
         """A failing store's probe: a one-page write (the schema version,
-        rewritten unchanged) in its own transaction."""
+        rewritten unchanged) in its own transaction; on PostgreSQL a statement
+        on any pooled connection."""
         conn = self._conn
         try:
-            conn.execute("BEGIN IMMEDIATE")
-            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-            conn.execute(f"PRAGMA user_version = {version}")
-            conn.execute("COMMIT")
+            if self._pool is not None:
+                conn.execute("SELECT 1")  # PostgreSQL: the server answers again
+            else:
+                conn.execute("BEGIN IMMEDIATE")
+                version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+                conn.execute(f"PRAGMA user_version = {version}")
+                conn.execute("COMMIT")
         except self._errors as exc:
             _rollback(conn, self._errors)
             if not is_store_failure(exc):

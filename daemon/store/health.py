@@ -27,6 +27,7 @@ import os
 import sqlite3
 from pathlib import Path
 
+import asyncpg
 import attrs
 
 from actors.errors import Refused
@@ -58,12 +59,31 @@ STORE_CODES = frozenset(
 )
 
 
+#: PostgreSQL: errors of the server or of the way to it, not of the caller or
+#: our SQL: the connection lost or refused (class 08, OSError, a closed pool),
+#: the server shutting down or cancelling a statement past its timeout
+#: (class 57), out of resources (53: disk full, too many connections), and a
+#: transaction rolled back for a deadlock or a serialization failure (40).
+PG_STORE_ERRORS: tuple[type[BaseException], ...] = (
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.exceptions.OperatorInterventionError,
+    asyncpg.exceptions.InsufficientResourcesError,
+    asyncpg.exceptions.TransactionRollbackError,
+    OSError,
+    TimeoutError,
+)
+
+
 class StoreUnavailable(Exception):
     """The store cannot be opened: the message names the path and the cause."""
 
 
 def is_store_failure(exc: BaseException) -> bool:
-    """True when ``exc`` is an error of the store (disk, file, lock), not a bug."""
+    """True when ``exc`` is an error of the store (disk, file, lock, the
+    database server or the way to it), not a bug."""
+    if isinstance(exc, PG_STORE_ERRORS):
+        return True
     if not isinstance(exc, sqlite3.Error):
         return False
     code = getattr(exc, "sqlite_errorcode", None)
@@ -72,6 +92,8 @@ def is_store_failure(exc: BaseException) -> bool:
 
 def describe(exc: BaseException) -> str:
     """What the store could not do, for messages and ``/healthz``."""
+    if isinstance(exc, PG_STORE_ERRORS):
+        return f"the database is unavailable: {type(exc).__name__}: {exc}"
     code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
     if code in _BUSY:
         return f"the store is busy: {exc} (another process holds its lock)"

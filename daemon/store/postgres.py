@@ -124,6 +124,7 @@ class PgConnection:
         asyncpg.PostgresError,
         asyncpg.InterfaceError,
         OSError,
+        TimeoutError,
     )
 
     def __init__(self, pool: Any = None) -> None:

@@ -127,3 +127,15 @@ async def test_a_failed_statement_in_a_shared_transaction_spares_the_other_write
         assert outcomes == {"a": "a", "dup": "internal", "c": "c"}
         keys = [r[0] for r in conn.execute("SELECT k FROM t ORDER BY k").fetchall()]
         assert keys == ["a", "c", "dup"]
+
+
+async def test_a_lost_database_answers_unavailable_and_the_committer_lives_on():
+    async with _committer() as (writer, conn):
+        await writer.write(_put("before"))
+        conn.pool.terminate()  # every connection gone, no new one to be had
+        for key in ("x", "y"):  # the committer is still there to answer each
+            with pytest.raises(Refused) as refused:
+                await writer.write(_put(key))
+            assert refused.value.code == "unavailable"
+            assert "database is unavailable" in refused.value.message
+        assert writer.health.failing is not None
