@@ -54,11 +54,18 @@ class ClaimRouter:
         self._subs: dict[QueueKey, dict[object, EventSink]] = {}
         self._live = 0
         self._closed = False
+        #: Set while some claim waits (replaced when the last one stops): lets a
+        #: task sleep until there are waiters instead of looking for them.
+        self.some_waiting = trio.Event()
 
     @property
     def waiting(self) -> bool:
         """True while some claim waits."""
         return self._live > 0
+
+    def waiting_keys(self) -> list[QueueKey]:
+        """The queues some claim waits on."""
+        return list(self._waiters)
 
     @property
     def closed(self) -> bool:
@@ -75,6 +82,7 @@ class ClaimRouter:
         for key in waiter.keys:
             self._waiters.setdefault(key, deque()).append(waiter)
         self._live += 1
+        self.some_waiting.set()
         return waiter
 
     def unregister(self, waiter: Waiter) -> None:
@@ -83,6 +91,8 @@ class ClaimRouter:
             waiter.done = True
         if waiter.keys and self._live:
             self._live -= 1
+            if not self._live:
+                self.some_waiting = trio.Event()
             for key in waiter.keys:
                 queue = self._waiters.get(key)
                 if queue is not None:

@@ -41,6 +41,7 @@ from daemon.periodic import PeriodicScheduler
 from daemon.reload import decide
 from daemon.startup import StartupError
 from daemon.store.checkpointer import Checkpointer
+from daemon.store.pg_notify import CrossDaemonDoorbell
 from daemon.transport.http_server import serve_http
 from daemon.transport.socket_server import SocketServer
 from daemon.verbs.budgets import provision
@@ -62,6 +63,7 @@ class Daemon:
         self.core: Core | None = None
         self.periodic: PeriodicScheduler | None = None
         self.socket_server: SocketServer | None = None
+        self.crossing: CrossDaemonDoorbell | None = None  # PostgreSQL only
         self.http_addresses: list[str] = []
         self._stop = trio.Event()
         self.stopped_cleanly = False
@@ -111,6 +113,16 @@ class Daemon:
             await root.start(self._signals)
             await root.start(core.run)
             await root.start(periodic.run)
+            if cfg.postgres_dsn() is not None:  # doorbells across the daemons sharing it
+                crossing = self.crossing = CrossDaemonDoorbell(
+                    db.pool,
+                    db.connect,
+                    ring=lambda key, n: core.router.ring(key, n, pending=n, edge=True),
+                    waiting_keys=core.router.waiting_keys,
+                    some_waiting=lambda: core.router.some_waiting,
+                )
+                core.doorbell.remote = crossing.publish
+                await root.start(crossing.run)
             if cfg.postgres_dsn() is None:  # SQLite's WAL (PostgreSQL checkpoints itself)
                 checkpointer = Checkpointer(
                     cfg.database_path(), health=core.writer.health, hold_writes=core.writer.held

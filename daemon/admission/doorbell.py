@@ -34,6 +34,8 @@ class Doorbell:
         self.parked_in: Callable[[QueueKey], int] = _none_parked
         #: True while a queue's policy admits no claim (the policies', set at wiring).
         self.held: Callable[[QueueKey], bool] = _never
+        #: Tells the other daemons sharing the database (PostgreSQL; set at wiring).
+        self.remote: Callable[[QueueKey, int], None] | None = None
 
     def claimable(self, key: QueueKey) -> int:
         """Pending jobs of ``key`` that a claim may take (not parked)."""
@@ -41,6 +43,8 @@ class Doorbell:
 
     def ring(self, key: QueueKey, n: int) -> None:
         """``n`` jobs of ``key`` became claimable; the counts already include them."""
+        if self.remote is not None:
+            self.remote(key, n)  # their claims decide with their own admission
         if self.held(key):
             return
         now = self.claimable(key)

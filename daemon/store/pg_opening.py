@@ -47,11 +47,18 @@ class PgDatabase:
     """The open PostgreSQL store: its pool, and the connection facade the
     store's statements run on (``conn``, as SQLite's database has one)."""
 
-    def __init__(self, pool: Any, dsn: str) -> None:
+    def __init__(self, pool: Any, dsn: str, connect_args: dict[str, Any] | None = None) -> None:
         self.pool = pool
         self.conn = PgConnection(pool)
         #: What logs show of the DSN.
         self.shown = redacted(dsn)
+        self._dsn = dsn
+        self._connect_args = connect_args or {}
+
+    async def connect(self) -> Any:
+        """A connection of its own, outside the pool (asyncio side): the
+        doorbell's listener holds one."""
+        return await asyncpg.connect(self._dsn, **self._connect_args)
 
     async def aclose(self) -> None:
         """Close the pool (connections in use are waited for)."""
@@ -78,6 +85,8 @@ async def open_postgres(
     from daemon.store.pg_schema import migrate_postgres
 
     password = _password(password_file)
+    connect_args = {"password": password, "timeout": connect_timeout_ms / 1000,
+                    "server_settings": {"application_name": "sluicegate"}}  # fmt: skip
     delay = RETRY_S[0]
     attempt = 0
     while True:
@@ -85,12 +94,10 @@ async def open_postgres(
         try:
             pool = await trio_asyncio.aio_as_trio(asyncpg.create_pool)(
                 dsn,
-                password=password,
                 min_size=1,
                 max_size=pool_size,
-                timeout=connect_timeout_ms / 1000,
                 command_timeout=statement_timeout_ms / 1000,
-                server_settings={"application_name": "sluicegate"},
+                **connect_args,
             )
             break
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
@@ -112,4 +119,4 @@ async def open_postgres(
         await trio_asyncio.aio_as_trio(pool.close)()
         raise
     log.info("database %s at schema version %d", redacted(dsn), version)
-    return PgDatabase(pool, dsn)
+    return PgDatabase(pool, dsn, connect_args)

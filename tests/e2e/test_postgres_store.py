@@ -3,6 +3,7 @@ database, a restart, and a password that never reaches the log."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.postgres_thread import fresh_postgres_database
-from tests.support import DaemonProcess
+from tests.support import DaemonProcess, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
 
@@ -21,9 +22,9 @@ def pg_dsn() -> Iterator[str]:
         yield dsn
 
 
-def _daemon(workdir: Path, dsn: str, extra: str = "") -> DaemonProcess:
+def _daemon(workdir: Path, dsn: str, extra: str = "", http: bool = False) -> DaemonProcess:
     workdir.mkdir(parents=True, exist_ok=True)
-    proc = DaemonProcess(workdir, f'database = "{dsn}"\n{extra}', http=False)
+    proc = DaemonProcess(workdir, f'database = "{dsn}"\n{extra}', http=http)
     proc.start(timeout=30)
     return proc
 
@@ -115,3 +116,22 @@ def test_the_password_never_reaches_the_log(tmp_path, pg_dsn):
     log = daemon.log_text()
     assert secret not in log
     assert "postgres:***@" in log
+
+
+def test_a_claim_waiting_on_one_daemon_answers_an_enqueue_on_another(tmp_path, pg_dsn):
+    a = _daemon(tmp_path / "a", pg_dsn)
+    b = _daemon(tmp_path / "b", pg_dsn, http=True)
+    try:
+        with a.client() as ca, b.client() as cb:
+            req = cb.request("claim_next", queues=["q"], wait_ms=20_000)  # waits on B
+            wait_until(lambda: b.waiting_claims() == 1, what="the claim waiting on B")
+            started = time.monotonic()
+            job = ca.ok("enqueue", queue="q", type="t", payload={})["job"]
+            answer = cb.answer(req)
+            waited = time.monotonic() - started
+    finally:
+        a.cleanup()
+        b.cleanup()
+    assert answer["ok"] and answer["jobs"][0]["job"]["id"] == job["id"]
+    # Woken by A's notice (or the 1 s poll at worst), not by the end of its wait.
+    assert waited < 10

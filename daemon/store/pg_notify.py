@@ -1,0 +1,178 @@
+"""Doorbells across daemons sharing a PostgreSQL database: LISTEN/NOTIFY.
+
+A claim waiting on daemon B must wake when daemon A commits an enqueue. After
+each commit, the doorbell's rings are published (:meth:`CrossDaemonDoorbell.publish`,
+no statement in the write's transaction, so commits pay nothing) and a task
+sends them with ``pg_notify`` on :data:`CHANNEL`, coalesced per queue. Every
+daemon listens on a connection of its own and rings its claim router for what
+the others published (its own notices come back too, and are skipped by the
+daemon id they carry). A ring only makes waiting claims try again: each claim
+still goes through its own daemon's admission and the row locks.
+
+Notifications can be lost: a daemon crashing between its commit and its
+notice, a listener reconnecting, or a pooler in transaction mode (PgBouncer)
+that never delivers them. So while claims wait, every :data:`POLL_S` the
+daemon also looks at the database for each queue they wait on (one indexed
+probe per queue, at most :data:`PROBE_LIMIT` rows) and rings what it finds.
+No waiting claim, no poll.
+
+Payload: one line per queue, ``daemon-id TAB namespace TAB queue TAB n``,
+several lines per notice up to PostgreSQL's 8000-byte limit.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import asyncpg
+import trio
+import trio_asyncio
+
+log = logging.getLogger("sluicegate.store")
+
+QueueKey = tuple[str, str]
+CHANNEL = "sluicegate_ready"
+#: Seconds between the fallback looks at the database while claims wait.
+POLL_S = 1.0
+#: Rows one fallback probe counts at most (a ring wakes at most that many claims).
+PROBE_LIMIT = 100
+#: A notice's payload stays under PostgreSQL's limit (8000 bytes).
+PAYLOAD_MAX = 7000
+#: Reconnection of the listener: first and longest wait (seconds).
+RETRY_S = (0.5, 10.0)
+_PROBE = (
+    "SELECT count(*) FROM (SELECT 1 FROM jobs WHERE namespace = $1 AND queue = $2 "
+    f"AND state = 'pending' AND parked_on IS NULL LIMIT {PROBE_LIMIT}) AS ready"
+)
+
+
+def payloads(daemon_id: str, rings: dict[QueueKey, int]) -> list[str]:
+    """The notices for ``rings``: lines joined up to :data:`PAYLOAD_MAX` bytes."""
+    out: list[str] = []
+    lines: list[str] = []
+    size = 0
+    for (namespace, queue), n in rings.items():
+        line = f"{daemon_id}\t{namespace}\t{queue}\t{n}"
+        if lines and size + len(line.encode()) + 1 > PAYLOAD_MAX:
+            out.append("\n".join(lines))
+            lines, size = [], 0
+        lines.append(line)
+        size += len(line.encode()) + 1
+    if lines:
+        out.append("\n".join(lines))
+    return out
+
+
+def parse(payload: str, own_id: str) -> list[tuple[QueueKey, int]]:
+    """The rings another daemon published (malformed lines and our own skipped)."""
+    rings = []
+    for line in payload.split("\n"):
+        parts = line.split("\t")
+        if len(parts) != 4 or parts[0] == own_id or not parts[3].isdigit():
+            continue
+        rings.append(((parts[1], parts[2]), int(parts[3])))
+    return rings
+
+
+class CrossDaemonDoorbell:
+    """Publishes this daemon's doorbell rings and rings for the others'."""
+
+    def __init__(
+        self,
+        pool: Any,
+        connect: Callable[[], Any],
+        ring: Callable[[QueueKey, int], None],
+        waiting_keys: Callable[[], list[QueueKey]],
+        some_waiting: Callable[[], trio.Event],
+    ) -> None:
+        self._pool = pool
+        self._connect = connect  # a coroutine function: a new asyncpg connection
+        self._ring = ring
+        self._waiting_keys = waiting_keys
+        self._some_waiting = some_waiting
+        self.daemon_id = uuid.uuid4().hex[:12]
+        self._outbox: dict[QueueKey, int] = {}
+        self._wake = trio.Event()
+        self._lost = trio.Event()
+        self.published = 0
+        self.received = 0
+
+    def publish(self, key: QueueKey, n: int) -> None:
+        """``n`` jobs of ``key`` became claimable here (after the commit)."""
+        self._outbox[key] = self._outbox.get(key, 0) + n
+        self._wake.set()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Publish, listen and (while claims wait) poll, until cancelled."""
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self._listen)
+            nursery.start_soon(self._publish)
+            nursery.start_soon(self._poll)
+            task_status.started()
+
+    async def _publish(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake = trio.Event()
+            rings, self._outbox = self._outbox, {}
+            for payload in payloads(self.daemon_id, rings):
+                try:
+                    await trio_asyncio.aio_as_trio(self._pool.execute)(
+                        "SELECT pg_notify($1, $2)", CHANNEL, payload
+                    )
+                    self.published += 1
+                except Exception as exc:  # the database is away: the poll covers it
+                    log.warning("doorbell notice not sent: %r", exc)
+
+    def _received(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        for key, n in parse(payload, self.daemon_id):
+            self.received += 1
+            self._ring(key, n)
+
+    async def _listen(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        delay = RETRY_S[0]
+        started = False
+        while True:
+            try:
+                conn = await trio_asyncio.aio_as_trio(self._connect)()
+            except Exception as exc:
+                log.warning("doorbell listener cannot connect (%r); retrying in %.1f s", exc, delay)
+            else:
+                delay = RETRY_S[0]
+                self._lost = trio.Event()
+                conn.add_termination_listener(lambda _c: self._lost.set())
+                try:
+                    await trio_asyncio.aio_as_trio(conn.add_listener)(CHANNEL, self._received)
+                    if not started:
+                        started = True
+                        task_status.started()
+                    await self._lost.wait()
+                    log.warning("doorbell listener lost its connection; reconnecting")
+                except Exception as exc:
+                    log.warning("doorbell listener failed (%r); reconnecting", exc)
+                finally:
+                    with trio.CancelScope(shield=True):
+                        await trio_asyncio.aio_as_trio(conn.close)()
+            if not started:  # start serving anyway: the poll covers it meanwhile
+                started = True
+                task_status.started()
+            await trio.sleep(delay)
+            delay = min(delay * 2, RETRY_S[1])
+
+    async def _poll(self) -> None:
+        while True:
+            await self._some_waiting().wait()  # no waiting claim: no look
+            await trio.sleep(POLL_S)
+            for key in self._waiting_keys():
+                try:
+                    n = await trio_asyncio.aio_as_trio(self._pool.fetchval)(_PROBE, *key)
+                except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                    log.debug("doorbell poll failed: %r", exc)
+                    break
+                if n:
+                    self._ring(key, n)
