@@ -22,6 +22,7 @@ from daemon.cli import (
     audit,
     budget,
     config_check,
+    db,
     dead,
     demo,
     jobs,
@@ -38,6 +39,7 @@ from daemon.sdk.errors import SluicegateError
 #: Command modules, in the order ``sluice --help`` lists them.
 COMMANDS: tuple[ModuleType, ...] = (
     config_check,
+    db,
     status,
     jobs,
     dead,
