@@ -5,21 +5,31 @@ e2e"`` runs the in-process suite alone). A test that uses one of :data:`DAEMON_F
 is marked here; a test that starts a process otherwise is marked in its module. The
 mark is checked, not trusted: a test without it that starts a process fails, saying so
 (a ``subprocess.Popen`` audit hook, for the run phases of tests only).
+
+PostgreSQL (issue 15, :mod:`tests.postgres`): ``pg_dsn`` gives a test a fresh database
+on the session's server (``postgres_server``). A test using either, or marked
+``postgres``, skips without a server, saying why, and fails so under ``CI=true``.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import pytest
 
+from tests import postgres
 from tests.support import DaemonProcess, RawClient
 
 #: Fixtures that start a real ``sluice serve``: a test using any of them (directly or
 #: through another fixture) is ``e2e``.
 DAEMON_FIXTURES = frozenset({"daemon", "make_daemon", "module_daemon"})
+
+#: Fixtures that need a PostgreSQL server: a test using any of them is ``postgres``.
+POSTGRES_FIXTURES = frozenset({"postgres_server", "pg_dsn"})
 
 #: Audit events of a new process (``os.system`` and the ``os.spawn*``/``posix_spawn``
 #: family as well as ``subprocess``).
@@ -28,15 +38,33 @@ _SPAWN_EVENTS = frozenset({"subprocess.Popen", "os.system", "os.posix_spawn", "o
 #: The test running now and whether it may start processes; None between tests.
 _running: tuple[str, bool] | None = None
 
+#: True while a session fixture starts or stops its own process (a throwaway
+#: PostgreSQL cluster), whichever test's setup or teardown that falls in.
+_session_spawning = False
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if DAEMON_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        fixtures = getattr(item, "fixturenames", ())
+        if DAEMON_FIXTURES.intersection(fixtures):
             item.add_marker(pytest.mark.e2e)
+        if POSTGRES_FIXTURES.intersection(fixtures):
+            item.add_marker(pytest.mark.postgres)
+
+
+@contextmanager
+def _session_processes() -> Iterator[None]:
+    """Let a session fixture start processes here, outside the e2e rule."""
+    global _session_spawning
+    _session_spawning = True
+    try:
+        yield
+    finally:
+        _session_spawning = False
 
 
 def _refuse_unmarked_spawn(event: str, args: tuple[Any, ...]) -> None:
-    if _running is None or event not in _SPAWN_EVENTS:
+    if _running is None or event not in _SPAWN_EVENTS or _session_spawning:
         return
     nodeid, may_spawn = _running
     if not may_spawn:
@@ -118,3 +146,32 @@ def connect() -> Iterator[Callable[[DaemonProcess], RawClient]]:
     yield open_client
     for client in opened:
         client.close()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[postgres.Server]:
+    """The session's PostgreSQL server (:mod:`tests.postgres`: the environment variable,
+    the default DSN, else a throwaway cluster); none skips or fails, saying why.
+    """
+    with ExitStack() as stack:
+        with _session_processes():
+            found = stack.enter_context(postgres.session_server(os.environ))
+        if isinstance(found, postgres.NoServer):
+            postgres.unavailable(found.reason, os.environ)
+        yield found
+        with _session_processes():
+            stack.close()
+
+
+@pytest.fixture(autouse=True)
+def _postgres_gate(request: pytest.FixtureRequest) -> None:
+    """A test marked ``postgres`` has a server, or skips (fails under CI) before it runs."""
+    if request.node.get_closest_marker("postgres") is not None:
+        request.getfixturevalue("postgres_server")
+
+
+@pytest.fixture
+def pg_dsn(postgres_server: postgres.Server) -> Iterator[str]:
+    """The DSN of a fresh, empty database of its own, dropped after the test."""
+    with postgres.fresh_database(postgres_server.admin_dsn) as dsn:
+        yield dsn

@@ -9,13 +9,9 @@ connection, so that a plain test can run a synchronous function there with
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import queue
 import threading
-import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import asyncpg
@@ -27,31 +23,6 @@ from daemon.store import bridge
 from daemon.store.pg_schema import migrate_postgres
 
 T = TypeVar("T")
-ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
-
-
-@contextmanager
-def fresh_postgres_database(admin_dsn: str = ADMIN_DSN) -> Iterator[str]:
-    """A new, empty database's DSN; dropped afterwards."""
-    name = f"sluice_t_{uuid.uuid4().hex[:16]}"
-
-    async def admin(statement: str) -> None:
-        conn = await asyncpg.connect(admin_dsn, timeout=2)
-        try:
-            await conn.execute(statement)
-        finally:
-            await conn.close()
-
-    def run(statement: str) -> None:
-        # On a thread of its own: the caller may be inside Trio (or asyncio).
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            pool.submit(asyncio.run, admin(statement)).result()
-
-    run(f'CREATE DATABASE "{name}"')
-    try:
-        yield admin_dsn.rsplit("/", 1)[0] + "/" + name
-    finally:
-        run(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 class PostgresThread:

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from daemon.cli.main import main
-from tests.postgres_thread import fresh_postgres_database
 
 
 def _config(tmp_path, database: str = "") -> str:
@@ -47,18 +44,16 @@ def test_a_database_newer_than_this_build_is_refused(tmp_path, capsys):
     assert "99" in capsys.readouterr().err
 
 
-@pytest.mark.postgres
-def test_postgresql_status_then_migrate_then_status(tmp_path, capsys):
-    with fresh_postgres_database() as dsn:
-        config = _config(tmp_path, dsn)
-        before = _status(config, capsys)
-        assert (before["dialect"], before["current"]) == ("postgresql", 0)
-        assert len(before["pending"]) == before["latest"]
-        assert main(["--config", config, "db", "migrate"]) == 0
-        assert "up to date" in capsys.readouterr().out
-        after = _status(config, capsys)
-        assert after["current"] == after["latest"] and after["pending"] == []
-        assert all(step["applied_at"] for step in after["applied"])
+def test_postgresql_status_then_migrate_then_status(tmp_path, capsys, pg_dsn):
+    config = _config(tmp_path, pg_dsn)
+    before = _status(config, capsys)
+    assert (before["dialect"], before["current"]) == ("postgresql", 0)
+    assert len(before["pending"]) == before["latest"]
+    assert main(["--config", config, "db", "migrate"]) == 0
+    assert "up to date" in capsys.readouterr().out
+    after = _status(config, capsys)
+    assert after["current"] == after["latest"] and after["pending"] == []
+    assert all(step["applied_at"] for step in after["applied"])
 
 
 def test_an_unreachable_postgresql_is_one_line_without_the_password(tmp_path, capsys):

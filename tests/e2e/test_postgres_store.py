@@ -10,16 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.postgres_thread import fresh_postgres_database
 from tests.support import DaemonProcess, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
-
-
-@pytest.fixture
-def pg_dsn() -> Iterator[str]:
-    with fresh_postgres_database() as dsn:
-        yield dsn
 
 
 def _daemon(workdir: Path, dsn: str, extra: str = "", http: bool = False) -> DaemonProcess:

@@ -1,8 +1,7 @@
 """daemon/store/pg_schema.py: the migration list applied to PostgreSQL.
 
-Each test gets a fresh database on the server of ``SLUICEGATE_TEST_POSTGRES``
-(default: trust auth on 127.0.0.1:5432) and drops it after; with no server the
-tests skip, except under ``CI=true``, where they fail. The tests run asyncpg
+Each test gets a fresh database (``pg_dsn``, tests/postgres.py); with no server
+the tests skip, except under ``CI=true``, where they fail. The tests run asyncpg
 under ``asyncio.run``, as the daemon will under trio-asyncio.
 """
 
@@ -10,14 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import re
 import sqlite3
-import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
-from urllib.parse import urlsplit
 
+import asyncpg
 import pytest
 import sqlite_utils
 
@@ -31,50 +28,8 @@ from daemon.store.pg_schema import (
     postgres_status,
 )
 
-try:
-    import asyncpg
-except ImportError:
-    if os.environ.get("CI") == "true":
-        raise
-    pytest.skip("asyncpg is not installed", allow_module_level=True)
-
-ADMIN_DSN = os.environ.get(
-    "SLUICEGATE_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres"
-)
 LATEST = len(schema.MIGRATIONS)
 NAMES = [m.name for m in schema.MIGRATIONS]
-
-
-async def _admin(statement: str) -> None:
-    conn = await asyncpg.connect(ADMIN_DSN, timeout=2)
-    try:
-        await conn.execute(statement)
-    finally:
-        await conn.close()
-
-
-@pytest.fixture(scope="module")
-def server() -> None:
-    """A server answers ``ADMIN_DSN`` within 2 s; else skip (fail under CI=true)."""
-    try:
-        asyncio.run(_admin("SELECT 1"))
-    except (OSError, TimeoutError, asyncpg.PostgresError) as exc:
-        where = urlsplit(ADMIN_DSN)
-        message = f"no PostgreSQL at {where.hostname}:{where.port or 5432} within 2 s: {exc!r}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-
-
-@pytest.fixture
-def pg(server: None) -> Iterator[str]:
-    """The DSN of a fresh, uniquely named database, dropped after the test."""
-    name = f"sluicegate_test_{uuid.uuid4().hex[:16]}"
-    asyncio.run(_admin(f'CREATE DATABASE "{name}"'))
-    try:
-        yield urlsplit(ADMIN_DSN)._replace(path=f"/{name}").geturl()
-    finally:
-        asyncio.run(_admin(f'DROP DATABASE "{name}" WITH (FORCE)'))
 
 
 @contextlib.asynccontextmanager
@@ -163,9 +118,9 @@ async def _pg_catalog(conn: Any) -> dict[str, Any]:
     return {"tables": tables, "keys": keys, "indexes": indexes}
 
 
-def test_a_fresh_database_gets_the_sqlite_schema_name_for_name(pg):
+def test_a_fresh_database_gets_the_sqlite_schema_name_for_name(pg_dsn):
     async def main() -> tuple[int, dict[str, Any], set[Any]]:
-        async with connected(pg) as conn:
+        async with connected(pg_dsn) as conn:
             version = await migrate_postgres(conn)
             collations = await conn.fetch(
                 "SELECT DISTINCT collation_name FROM information_schema.columns "
@@ -186,9 +141,9 @@ def test_a_fresh_database_gets_the_sqlite_schema_name_for_name(pg):
     assert collations == {"C"}
 
 
-def test_migrating_again_is_a_no_op(pg):
+def test_migrating_again_is_a_no_op(pg_dsn):
     async def main() -> None:
-        async with connected(pg) as conn:
+        async with connected(pg_dsn) as conn:
             await migrate_postgres(conn)
             rows, catalog = await _version_rows(conn), await _pg_catalog(conn)
             await conn.execute("INSERT INTO settings (key, value, updated_at) VALUES ('k', 'v', 1)")
@@ -201,9 +156,9 @@ def test_migrating_again_is_a_no_op(pg):
     asyncio.run(main())
 
 
-def test_two_daemons_starting_together_migrate_once(pg):
+def test_two_daemons_starting_together_migrate_once(pg_dsn):
     async def main() -> None:
-        async with connected(pg) as a, connected(pg) as b:
+        async with connected(pg_dsn) as a, connected(pg_dsn) as b:
             assert await asyncio.gather(migrate_postgres(a), migrate_postgres(b)) == [LATEST] * 2
             rows = await a.fetch(f"SELECT version, name FROM {VERSION_TABLE} ORDER BY version")
             assert [tuple(r) for r in rows] == list(enumerate(NAMES, start=1))
@@ -211,9 +166,9 @@ def test_two_daemons_starting_together_migrate_once(pg):
     asyncio.run(main())
 
 
-def test_a_migrator_waits_for_the_lock_then_reads_the_version_again(pg):
+def test_a_migrator_waits_for_the_lock_then_reads_the_version_again(pg_dsn):
     async def main() -> None:
-        async with connected(pg) as holder, connected(pg) as daemon:
+        async with connected(pg_dsn) as holder, connected(pg_dsn) as daemon:
             async with holder.transaction():
                 await holder.execute("SELECT pg_advisory_xact_lock($1)", LOCK_KEY)
                 waiting = asyncio.create_task(migrate_postgres(daemon))
@@ -240,9 +195,9 @@ def test_a_migrator_waits_for_the_lock_then_reads_the_version_again(pg):
     asyncio.run(main())
 
 
-def test_a_newer_database_is_refused_naming_both_versions(pg):
+def test_a_newer_database_is_refused_naming_both_versions(pg_dsn):
     async def main() -> None:
-        async with connected(pg) as conn:
+        async with connected(pg_dsn) as conn:
             await migrate_postgres(conn)
             await conn.execute(
                 f"INSERT INTO {VERSION_TABLE} (version, name) VALUES ($1, 'from_a_newer_build')",
@@ -264,9 +219,9 @@ def test_a_newer_database_is_refused_naming_both_versions(pg):
     asyncio.run(main())
 
 
-def test_status_before_and_after_migrating(pg):
+def test_status_before_and_after_migrating(pg_dsn):
     async def main() -> None:
-        async with connected(pg) as conn:
+        async with connected(pg_dsn) as conn:
             before = await postgres_status(conn)
             assert (before.dialect, before.current, before.latest) == ("postgresql", 0, LATEST)
             assert before.applied == () and not before.up_to_date
@@ -286,13 +241,13 @@ def test_status_before_and_after_migrating(pg):
     asyncio.run(main())
 
 
-def test_a_failing_migration_leaves_the_previous_version(pg):
+def test_a_failing_migration_leaves_the_previous_version(pg_dsn):
     broken = Migration(
         LATEST + 1, "broken", lambda db: None, ("CREATE TABLE half_made (id int)", "SELECT 1 / 0")
     )
 
     async def main() -> None:
-        async with connected(pg) as conn:
+        async with connected(pg_dsn) as conn:
             with pytest.raises(asyncpg.DivisionByZeroError):
                 await migrate_postgres(conn, migrations=[*schema.MIGRATIONS, broken])
             assert (await postgres_status(conn)).current == LATEST
@@ -322,9 +277,9 @@ _MARK_RUNNING = (
 )
 
 
-def test_the_store_s_claim_runs_on_the_schema(pg):
+def test_the_store_s_claim_runs_on_the_schema(pg_dsn):
     async def main() -> None:
-        async with connected(pg) as a, connected(pg) as b:
+        async with connected(pg_dsn) as a, connected(pg_dsn) as b:
             await migrate_postgres(a)
             await a.executemany(_INSERT_JOB, [
                 ("j1", 0, "pending", 200, None, None),

@@ -38,7 +38,7 @@ from daemon.store.interface import (
 )
 from daemon.store.opening import open_database
 from daemon.store.postgres import PgConnection
-from tests.postgres_thread import PostgresThread, fresh_postgres_database
+from tests.postgres_thread import PostgresThread
 
 T = 1_700_000_000_000  # the horizon of each test
 LEASE_MS = 30_000
@@ -116,23 +116,23 @@ class _RemoteStore:
             setattr(self, part, _Remote(getattr(store, part), call))
 
 
-def _postgres(tmp_path) -> Iterator[Harness]:
-    """The store on a fresh PostgreSQL database, served by a Trio thread with
-    trio-asyncio (as in the daemon); the test's calls cross into it."""
-    with fresh_postgres_database() as dsn, PostgresThread(dsn) as pg:
+def _postgres(dsn: str) -> Iterator[Harness]:
+    """The store on a fresh PostgreSQL database (``pg_dsn``), served by a Trio thread
+    with trio-asyncio (as in the daemon); the test's calls cross into it."""
+    with PostgresThread(dsn) as pg:
         clock = [T]
         committer = GroupCommit(PgConnection(), lambda: clock[0])
         run = _runner(clock, lambda write: pg.call(partial(committer.run_now, write)))
         yield Harness(_RemoteStore(committer.store, pg.call), run)  # type: ignore[arg-type]
 
 
-IMPLEMENTATIONS = {"sqlite": _sqlite, "postgres": _postgres}
-
-
 @pytest.fixture(params=[
     "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])  # fmt: skip
 def store(request, tmp_path) -> Iterator[Harness]:
-    yield from IMPLEMENTATIONS[request.param](tmp_path)
+    if request.param == "postgres":
+        yield from _postgres(request.getfixturevalue("pg_dsn"))
+    else:
+        yield from _sqlite(tmp_path)
 
 
 def _job(job_id: str, state: str = lc.PENDING, **fields: Any) -> JobRow:
