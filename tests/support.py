@@ -131,6 +131,11 @@ class DaemonProcess:
         self.port = free_port() if http else None
         self.http_url = f"http://127.0.0.1:{self.port}" if http else None
         self.config_path = workdir / "sluicegate.toml"
+        # SLUICEGATE_TEST_DATABASE: run on that database (e.g. a PostgreSQL DSN)
+        # unless the test names its own.
+        database = os.environ.get("SLUICEGATE_TEST_DATABASE", "")
+        if database and "database =" not in extra_config:
+            extra_config = f'database = "{database}"\n' + extra_config
         self.config_path.write_text(
             "[daemon]\n"
             f'state_dir = "{self.state}"\n'
