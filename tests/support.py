@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import itertools
 import json
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import httpx
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -136,6 +141,8 @@ class DaemonProcess:
         database = os.environ.get("SLUICEGATE_TEST_DATABASE", "")
         if database and "database =" not in extra_config:
             extra_config = f'database = "{database}"\n' + extra_config
+        #: The PostgreSQL DSN the daemon runs on, or None (the SQLite file in its state dir).
+        self.dsn = database if database.startswith("postgresql://") else None
         self.config_path.write_text(
             "[daemon]\n"
             f'state_dir = "{self.state}"\n'
@@ -181,6 +188,23 @@ class DaemonProcess:
 
     def client(self) -> RawClient:
         return RawClient(self.socket)
+
+    def sql(self, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        """Run one statement on the daemon's database, as another process sharing
+        it would (``?`` parameters; SQLite or PostgreSQL, whichever it runs on)."""
+        if self.dsn is None:
+            with closing(sqlite3.connect(self.state / "sluicegate.db")) as db, db:
+                return db.execute(statement, params).fetchall()
+        from daemon.store.postgres import numbered
+
+        async def run() -> list[tuple[Any, ...]]:
+            conn = await asyncpg.connect(self.dsn, timeout=5)
+            try:
+                return [tuple(r) for r in await conn.fetch(numbered(statement), *params)]
+            finally:
+                await conn.close()
+
+        return asyncio.run(run())
 
     def http(self, token: str | None = None) -> httpx.Client:
         headers = {"authorization": f"Bearer {token}"} if token else {}
@@ -244,6 +268,13 @@ def sluice(
         cwd=cwd,
         env={**os.environ, **(env or {})},
     )
+
+
+#: Marks a test that holds on SQLite only (SLUICEGATE_TEST_STORE=postgres skips it).
+sqlite_only = pytest.mark.skipif(
+    os.environ.get("SLUICEGATE_TEST_STORE") == "postgres",
+    reason="SQLite only: its file, WAL and filesystem (PostgreSQL's outage is tested apart)",
+)
 
 
 def wait_until(predicate: Any, timeout: float = 10, interval: float = 0.01, what: str = "") -> Any:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import signal
-import sqlite3
-from contextlib import closing
 
 from tests.support import wait_until
 
@@ -42,10 +40,7 @@ def test_config_budgets_are_created_read_only_and_reloaded(make_daemon, connect)
     # A raised allocation keeps the count: no free tokens (it drips towards the new cap).
     assert after["state"]["available"] < 10100
     assert after["created_at"] == budget["created_at"]
-    with closing(sqlite3.connect(daemon.state / "sluicegate.db")) as db:
-        actions = db.execute(
-            "SELECT actor, action FROM audit WHERE target_kind = 'budget' ORDER BY id"
-        ).fetchall()
+    actions = daemon.sql("SELECT actor, action FROM audit WHERE target_kind = 'budget' ORDER BY id")
     assert actions == [("config", "create"), ("config", "update")]
 
 

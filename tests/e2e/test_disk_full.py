@@ -23,9 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import DaemonProcess, wait_until
+from tests.support import DaemonProcess, sqlite_only, wait_until
 
-pytestmark = pytest.mark.e2e
+# SQLite only: a full filesystem under the database file.
+pytestmark = [pytest.mark.e2e, sqlite_only]
 
 PAYLOAD = "x" * 65_536
 

@@ -11,12 +11,10 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import threading
 import time
-from contextlib import closing
 from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -53,11 +51,9 @@ window = { period = "day", tz = "Mars/Olympus", start = "00:00" }
 
 
 def audit_rows(daemon: DaemonProcess) -> list[tuple[Any, ...]]:
-    with closing(sqlite3.connect(daemon.state / "sluicegate.db")) as db:
-        return db.execute(
-            "SELECT namespace, actor, target, action FROM audit WHERE target_kind = 'queue' "
-            "ORDER BY id"
-        ).fetchall()
+    return daemon.sql(
+        "SELECT namespace, actor, target, action FROM audit WHERE target_kind = 'queue' ORDER BY id"
+    )
 
 
 def enqueue(c: RawClient, queue: str, n: int) -> list[str]:
@@ -120,8 +116,7 @@ def test_fifty_claim_next_calls_race_and_exactly_ten_commit(daemon, connect):
     pending = c.ok("list", queue="lane", status="pending", limit=100)["jobs"]
     assert len(pending) == 40
     assert {(j["attempts"], j["admission"]["reason"]) for j in pending} == {(0, "window_exhausted")}
-    with closing(sqlite3.connect(daemon.state / "sluicegate.db")) as db:
-        assert db.execute("SELECT sum(used) FROM policy_usage").fetchone() == (10,)
+    assert daemon.sql("SELECT sum(used) FROM policy_usage") == [(10,)]
     samples = daemon.metrics()
     assert metric(samples, "sluicegate_admission_charged_total", queue="lane") == 10
     assert metric(samples, "sluicegate_admission_policies", queue="lane",

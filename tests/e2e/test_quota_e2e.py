@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 from typing import Any
@@ -143,9 +142,8 @@ def test_a_document_that_does_not_decode_is_shown_and_fails_closed(daemon):
     ok(daemon, "quota", "set", "--max-pending", "5")
     # Another process sharing the database stores a document that does not decode;
     # the settings watcher reloads it within about two seconds.
-    with sqlite3.connect(daemon.state / "sluicegate.db") as db:
-        db.execute("UPDATE settings SET value = ? WHERE key = 'quota:default'",
-                   ('{"max_pending": -3}',))  # fmt: skip
+    daemon.sql("UPDATE settings SET value = ? WHERE key = 'quota:default'",
+               ('{"max_pending": -3}',))  # fmt: skip
     with daemon.client() as c, daemon.http() as http:
         wait_until(lambda: http.get("/healthz").json()["status"] == "degraded",
                    timeout=6, interval=0.05, what="the bad document to be loaded")  # fmt: skip

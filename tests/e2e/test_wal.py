@@ -24,9 +24,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import DaemonProcess, RawClient, metric, wait_until
+from tests.support import DaemonProcess, RawClient, metric, sqlite_only, wait_until
 
-pytestmark = pytest.mark.e2e
+# SQLite only: its write-ahead log file.
+pytestmark = [pytest.mark.e2e, sqlite_only]
 
 WAL_MAX = 4 * 1_048_576
 ENQUEUE_S = 6.0
