@@ -39,13 +39,14 @@ transaction (usage meters) are :class:`Pending` objects given the ``Store``.
 **The methods are synchronous.** A write function must make each admission
 decision with no ``await`` between a check and the change it guards (the
 actors' rule, DESIGN.md "Actors"), so the protocol methods are plain calls.
-SQLite serves them on the loop. PostgreSQL serves them by running the group's
-write functions in a worker thread (``trio.to_thread.run_sync``) whose store
-methods block on the asyncpg coroutine (``trio.from_thread.run`` into
-trio-asyncio), one statement at a time, on the group's connection. Across
-daemons, exactness then comes from the locks the transaction holds, not from
-the event loop: the in-memory actors become caches, corrected by ``tx.after``
-and NOTIFY.
+SQLite serves them on the loop. PostgreSQL serves them through the greenlet
+bridge (:mod:`daemon.store.bridge`): a transaction's write functions run in a
+greenlet whose statements are awaited by an asyncio task on a pooled
+connection (asyncpg under trio-asyncio), and a read outside a transaction is
+awaited through greenback from the task that makes it. One thread throughout:
+the in-memory actors are touched as on SQLite. Across daemons, exactness then
+comes from the locks the transaction holds, not from the event loop: the
+in-memory actors become caches, corrected by ``tx.after`` and NOTIFY.
 
 **The row locks a claim needs are taken by the claim's own calls, in one
 order.** A claim is ``jobs.ready`` (the candidates, in priority, ready_at, id

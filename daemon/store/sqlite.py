@@ -1,4 +1,6 @@
-"""The SQLite implementation of :mod:`daemon.store.interface`.
+"""The implementation of :mod:`daemon.store.interface` over a connection:
+SQLite's, or PostgreSQL's :class:`~daemon.store.postgres.PgConnection` (the
+same statements; the few that differ are bound per dialect, see :class:`_Bound`).
 
 Each part of :class:`SqliteStore` is the named statements of one module
 (:mod:`~daemon.store.jobs`, :mod:`~daemon.store.queues`, ...) with the
