@@ -48,6 +48,9 @@ class DueActor:
         self._wake = trio.Event()
         self._target: int | None = None
         self._started = False
+        #: Told of every instant noted here (PostgreSQL: passed on to the other
+        #: daemons, whose timers must know of leases and delays taken here).
+        self.on_note: Callable[[int], None] | None = None
 
     @property
     def target(self) -> int | None:
@@ -56,9 +59,19 @@ class DueActor:
 
     def note(self, at_ms: int) -> None:
         """Tell the actor an item is due at ``at_ms``; wakes it if that is sooner."""
+        if self.on_note is not None:
+            self.on_note(at_ms)
+        self.heard(at_ms)
+
+    def heard(self, at_ms: int) -> None:
+        """:meth:`note`, for an instant learned from elsewhere (not passed on)."""
         if self._target is None or at_ms < self._target:
             self._target = at_ms
             self._wake.set()
+
+    def refresh(self) -> None:
+        """Look at the store again (another process may have added work)."""
+        self._wake.set()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """The actor's task: runs until cancelled."""

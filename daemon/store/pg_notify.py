@@ -16,6 +16,13 @@ daemon also looks at the database for each queue they wait on (one indexed
 probe per queue, at most :data:`PROBE_LIMIT` rows) and rings what it finds.
 No waiting claim, no poll.
 
+The job timers are told the same way: a lease taken or a delay set here is
+published as its instant (a line with an empty namespace and ``lease`` or
+``delay`` for the queue), so another daemon's reaper reaps the leases of a
+daemon that died, and its delay timer promotes that daemon's scheduled jobs.
+A daemon killed between its commit and its notice is covered by every
+daemon's timers looking at the database again each :data:`REFRESH_S`.
+
 Payload: one line per queue, ``daemon-id TAB namespace TAB queue TAB n``,
 several lines per notice up to PostgreSQL's 8000-byte limit.
 """
@@ -41,6 +48,10 @@ POLL_S = 1.0
 PROBE_LIMIT = 100
 #: A notice's payload stays under PostgreSQL's limit (8000 bytes).
 PAYLOAD_MAX = 7000
+#: Seconds between the timers' fallback looks at the database (PostgreSQL only).
+REFRESH_S = 10.0
+#: The two timers' names in notices (in the queue field, with no namespace).
+TIMERS = ("lease", "delay")
 #: Reconnection of the listener: first and longest wait (seconds).
 RETRY_S = (0.5, 10.0)
 _PROBE = (
@@ -87,12 +98,17 @@ class CrossDaemonDoorbell:
         ring: Callable[[QueueKey, int], None],
         waiting_keys: Callable[[], list[QueueKey]],
         some_waiting: Callable[[], trio.Event],
+        timers: dict[str, Any] | None = None,
     ) -> None:
         self._pool = pool
         self._connect = connect  # a coroutine function: a new asyncpg connection
         self._ring = ring
         self._waiting_keys = waiting_keys
         self._some_waiting = some_waiting
+        #: "lease" and "delay": the daemon's job timers (DueActor: heard, refresh).
+        self._timers = timers or {}
+        for kind, timer in self._timers.items():
+            timer.on_note = lambda at, kind=kind: self.publish_timer(kind, at)
         self.daemon_id = uuid.uuid4().hex[:12]
         self._outbox: dict[QueueKey, int] = {}
         self._wake = trio.Event()
@@ -105,13 +121,28 @@ class CrossDaemonDoorbell:
         self._outbox[key] = self._outbox.get(key, 0) + n
         self._wake.set()
 
+    def publish_timer(self, kind: str, at_ms: int) -> None:
+        """A lease expiry or a delay at ``at_ms`` was set here (the earliest is sent)."""
+        key = ("", kind)
+        known = self._outbox.get(key)
+        self._outbox[key] = at_ms if known is None else min(known, at_ms)
+        self._wake.set()
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Publish, listen and (while claims wait) poll, until cancelled."""
         async with trio.open_nursery() as nursery:
             await nursery.start(self._listen)
             nursery.start_soon(self._publish)
             nursery.start_soon(self._poll)
+            if self._timers:
+                nursery.start_soon(self._refresh)
             task_status.started()
+
+    async def _refresh(self) -> None:
+        while True:
+            await trio.sleep(REFRESH_S)
+            for timer in self._timers.values():
+                timer.refresh()
 
     async def _publish(self) -> None:
         while True:
@@ -130,7 +161,10 @@ class CrossDaemonDoorbell:
     def _received(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
         for key, n in parse(payload, self.daemon_id):
             self.received += 1
-            self._ring(key, n)
+            if key[0]:
+                self._ring(key, n)
+            elif key[1] in self._timers:
+                self._timers[key[1]].heard(n)
 
     async def _listen(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED

@@ -128,3 +128,22 @@ def test_a_claim_waiting_on_one_daemon_answers_an_enqueue_on_another(tmp_path, p
     assert answer["ok"] and answer["jobs"][0]["job"]["id"] == job["id"]
     # Woken by A's notice (or the 1 s poll at worst), not by the end of its wait.
     assert waited < 10
+
+
+def test_the_leases_of_a_daemon_killed_mid_job_are_reaped_by_another(two_daemons):
+    a, b = two_daemons
+    with a.client() as ca:
+        job = ca.ok("enqueue", queue="q", type="t", payload={}, max_attempts=3)["job"]
+        claimed = ca.ok("claim_next", queues=["q"], lease_ms=1000)["jobs"][0]["job"]
+    assert claimed["id"] == job["id"]
+    a.kill()  # kill -9: its lease is never released
+    with b.client() as cb:
+        # Nobody claims on B meanwhile: B's reaper alone must return the job.
+        got = wait_until(
+            lambda: cb.ok("get", job_id=job["id"])["job"]["status"] == "pending",
+            timeout=20, interval=0.1, what="B's reaper to return the dead daemon's job",
+        )  # fmt: skip
+        assert got
+        again = cb.ok("claim_next", queues=["q"])["jobs"][0]["job"]
+    assert again["id"] == job["id"] and again["attempts"] == 2
+    assert again["error"] == "lease expired"

@@ -159,3 +159,40 @@ async def test_fires_at_an_instant_whose_float_deadline_rounds_down(autojump_clo
             await trio.sleep(5)  # virtual time: autojump_clock
             nursery.cancel_scope.cancel()
         assert work.runs == [(t0 + 1.001, WALL0 + 1_001)]
+
+
+async def test_refresh_finds_work_another_process_added(autojump_clock):
+    """Work added to the store by someone else (another daemon on the same
+    PostgreSQL) is found when the actor is told to look again."""
+    with trio.fail_after(1_000):
+        clock = Clock(wall_start_ms=WALL0)
+        t0 = trio.current_time()
+        work = FakeWork()
+        async with trio.open_nursery() as nursery:
+            actor = await _started(nursery, clock, work)
+            await trio.sleep(10)  # virtual time: autojump_clock
+            work.add(WALL0 + 20_000)  # not noted here
+            await trio.sleep(10)  # virtual time: autojump_clock
+            assert actor.target is None
+            actor.refresh()
+            await trio.sleep(100)  # virtual time: autojump_clock
+            nursery.cancel_scope.cancel()
+        assert work.runs == [(t0 + 20.0, WALL0 + 20_000)]
+
+
+async def test_notes_are_passed_on_and_heard_instants_are_not(autojump_clock):
+    with trio.fail_after(1_000):
+        clock = Clock(wall_start_ms=WALL0)
+        work = FakeWork()
+        passed_on: list[int] = []
+        async with trio.open_nursery() as nursery:
+            actor = await _started(nursery, clock, work)
+            actor.on_note = passed_on.append
+            work.add(WALL0 + 5_000)
+            actor.note(WALL0 + 5_000)  # set here: the other daemons are told
+            work.add(WALL0 + 3_000)
+            actor.heard(WALL0 + 3_000)  # told by another daemon: not sent back
+            await trio.testing.wait_all_tasks_blocked()
+            assert actor.target == WALL0 + 3_000
+            nursery.cancel_scope.cancel()
+        assert passed_on == [WALL0 + 5_000]

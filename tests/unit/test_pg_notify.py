@@ -23,3 +23,8 @@ def test_many_queues_are_split_under_the_payload_limit():
 
 def test_malformed_lines_are_ignored():
     assert parse("x\ty\nd1\tns\tq\tnot-a-number\nd1\tns\tq\t2", "me") == [(("ns", "q"), 2)]
+
+
+def test_timer_instants_travel_as_lines_without_a_namespace():
+    (payload,) = payloads("a", {("", "lease"): 1_700_000_001_000, ("ns", "q"): 2})
+    assert parse(payload, "b") == [(("", "lease"), 1_700_000_001_000), (("ns", "q"), 2)]
