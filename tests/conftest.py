@@ -13,6 +13,7 @@ on the session's server (``postgres_server``). A test using either, or marked
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -20,9 +21,16 @@ from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import pytest
+import trio_asyncio  # noqa: F401  (imported first, for the policy below)
 
 from tests import postgres
 from tests.support import DaemonProcess, RawClient
+
+# trio-asyncio (the PostgreSQL store's) makes every asyncio loop created outside
+# Trio one of its own. The tests also run plain asyncio outside Trio (Playwright's
+# sync API, asyncpg in the PostgreSQL fixtures): this thread keeps asyncio's own
+# policy there; inside Trio, trio-asyncio's applies whatever is set here.
+asyncio.set_event_loop_policy(asyncio.DefaultEventLoopPolicy())
 
 #: Fixtures that start a real ``sluice serve``: a test using any of them (directly or
 #: through another fixture) is ``e2e``.

@@ -22,11 +22,12 @@ seconds, so a missing server is found fast.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -38,6 +39,7 @@ from tests.postgres_cluster import ClusterFailed, ThrowawayCluster, find_bindir
 ENV_VAR = "SLUICEGATE_TEST_POSTGRES"
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 CONNECT_TIMEOUT = 2.0
+T = TypeVar("T")
 #: Every test database's name starts so: leftovers of a killed run are easy to find.
 DATABASE_PREFIX = "sluicegate_test_"
 
@@ -57,6 +59,14 @@ class NoServer:
     reason: str
 
 
+def run_asyncio(coro: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run(coro)`` on a thread of its own: the calling thread may hold
+    a running loop (Playwright's sync API keeps one for the session) or be
+    inside Trio."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
 def under_ci(environ: Mapping[str, str]) -> bool:
     """Whether this is a CI run: ``CI`` set to anything but empty, ``0``, ``false``, ``no``."""
     return environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
@@ -73,7 +83,7 @@ def unavailable(reason: str, environ: Mapping[str, str]) -> NoReturn:
 
 def probe(dsn: str) -> str | None:
     """None when ``dsn`` connects and may create databases; else why not."""
-    return asyncio.run(_probe(dsn))
+    return run_asyncio(_probe(dsn))
 
 
 async def _probe(dsn: str) -> str | None:
@@ -145,11 +155,11 @@ def fresh_database(admin_dsn: str) -> Iterator[str]:
     ends however it ends: its DSN, the admin DSN with the database swapped.
     """
     name = f"{DATABASE_PREFIX}{uuid.uuid4().hex}"
-    asyncio.run(_execute(admin_dsn, f'CREATE DATABASE "{name}" TEMPLATE template0'))
+    run_asyncio(_execute(admin_dsn, f'CREATE DATABASE "{name}" TEMPLATE template0'))
     try:
         yield database_dsn(admin_dsn, name)
     finally:
-        asyncio.run(drop_database(admin_dsn, name))
+        run_asyncio(drop_database(admin_dsn, name))
 
 
 async def drop_database(admin_dsn: str, name: str) -> None:

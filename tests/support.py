@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import itertools
 import json
@@ -204,7 +203,9 @@ class DaemonProcess:
             finally:
                 await conn.close()
 
-        return asyncio.run(run())
+        from tests.postgres import run_asyncio
+
+        return run_asyncio(run())
 
     def http(self, token: str | None = None) -> httpx.Client:
         headers = {"authorization": f"Bearer {token}"} if token else {}

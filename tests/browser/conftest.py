@@ -20,9 +20,12 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 AXE = Path(__file__).parent / "vendor" / "axe.min.js"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """One headless Chromium for the whole run."""
+    """One headless Chromium per module. Not per session: Playwright's sync API
+    keeps an asyncio loop running in this thread until it stops, and the
+    PostgreSQL tests that run after it in the same worker need asyncio there
+    (trio-asyncio)."""
     if not Path(CHROMIUM).exists():
         # CI installs it (.ci/run): there a missing browser is a failure, not a skip.
         if os.environ.get("CI"):

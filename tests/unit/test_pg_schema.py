@@ -27,6 +27,7 @@ from daemon.store.pg_schema import (
     migrate_postgres,
     postgres_status,
 )
+from tests.postgres import run_asyncio
 
 LATEST = len(schema.MIGRATIONS)
 NAMES = [m.name for m in schema.MIGRATIONS]
@@ -130,7 +131,7 @@ def test_a_fresh_database_gets_the_sqlite_schema_name_for_name(pg_dsn):
             )
             return version, await _pg_catalog(conn), {r[0] for r in collations}
 
-    version, catalog, collations = asyncio.run(main())
+    version, catalog, collations = run_asyncio(main())
     assert version == LATEST
     expected = _sqlite_catalog()
     assert catalog["tables"] == expected["tables"]
@@ -153,7 +154,7 @@ def test_migrating_again_is_a_no_op(pg_dsn):
             assert await conn.fetchval("SELECT value FROM settings") == "v"
             assert not conn.is_in_transaction()
 
-    asyncio.run(main())
+    run_asyncio(main())
 
 
 def test_two_daemons_starting_together_migrate_once(pg_dsn):
@@ -163,7 +164,7 @@ def test_two_daemons_starting_together_migrate_once(pg_dsn):
             rows = await a.fetch(f"SELECT version, name FROM {VERSION_TABLE} ORDER BY version")
             assert [tuple(r) for r in rows] == list(enumerate(NAMES, start=1))
 
-    asyncio.run(main())
+    run_asyncio(main())
 
 
 def test_a_migrator_waits_for_the_lock_then_reads_the_version_again(pg_dsn):
@@ -192,7 +193,7 @@ def test_a_migrator_waits_for_the_lock_then_reads_the_version_again(pg_dsn):
             assert await waiting == LATEST  # and did not apply 1 and 2 again
             assert [r[1] for r in await _version_rows(daemon)] == NAMES
 
-    asyncio.run(main())
+    run_asyncio(main())
 
 
 def test_a_newer_database_is_refused_naming_both_versions(pg_dsn):
@@ -216,7 +217,7 @@ def test_a_newer_database_is_refused_naming_both_versions(pg_dsn):
             assert (status.current, status.latest, status.pending) == (LATEST + 1, LATEST, ())
             assert status.too_new and status.applied[-1].name == "from_a_newer_build"
 
-    asyncio.run(main())
+    run_asyncio(main())
 
 
 def test_status_before_and_after_migrating(pg_dsn):
@@ -238,7 +239,7 @@ def test_status_before_and_after_migrating(pg_dsn):
             assert all(t is not None and t.tzinfo is not None for t in times)
             assert times == sorted(times)
 
-    asyncio.run(main())
+    run_asyncio(main())
 
 
 def test_a_failing_migration_leaves_the_previous_version(pg_dsn):
@@ -254,7 +255,7 @@ def test_a_failing_migration_leaves_the_previous_version(pg_dsn):
             assert await conn.fetchval("SELECT to_regclass('half_made')") is None
             assert not conn.is_in_transaction()
 
-    asyncio.run(main())
+    run_asyncio(main())
 
 
 def test_the_lock_key_never_changes():
@@ -309,4 +310,4 @@ def test_the_store_s_claim_runs_on_the_schema(pg_dsn):
             await a.execute("UPDATE jobs SET state = 'completed' WHERE id = 'j2'")
             await a.execute(_INSERT_JOB, "j6", 0, "pending", 0, "k", None)
 
-    asyncio.run(main())
+    run_asyncio(main())
