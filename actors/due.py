@@ -8,6 +8,7 @@ calls :meth:`DueActor.note`, which wakes the actor to look again. Nothing polls.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -15,6 +16,8 @@ import attrs
 import trio
 
 from actors.clock import Clock
+
+log = logging.getLogger("sluicegate.timers")
 
 
 class DueWork(Protocol):
@@ -48,6 +51,7 @@ class DueActor:
         self._wake = trio.Event()
         self._target: int | None = None
         self._started = False
+        self._failed = 0  # store failures in a row
         #: Told of every instant noted here (PostgreSQL: passed on to the other
         #: daemons, whose timers must know of leases and delays taken here).
         self.on_note: Callable[[int], None] | None = None
@@ -56,6 +60,15 @@ class DueActor:
     def target(self) -> int | None:
         """The instant the actor sleeps to (None when idle). May be stale-early."""
         return self._target
+
+    async def _back_off(self, exc: Exception) -> None:
+        """The store failed: look again after 0.5 s, doubling to 10 s (a note
+        wakes it sooner). Logged once per episode."""
+        self._failed += 1
+        if self._failed == 1:
+            log.error("%s cannot reach the store, retrying: %r", type(self).__name__, exc)
+        with trio.move_on_after(min(0.5 * 2 ** (self._failed - 1), 10.0)):
+            await self._wake.wait()
 
     def note(self, at_ms: int) -> None:
         """Tell the actor an item is due at ``at_ms``; wakes it if that is sooner."""
@@ -78,14 +91,19 @@ class DueActor:
         task_status.started()
         while True:
             self._wake = trio.Event()
-            self._target = self._work.earliest()
+            try:
+                self._target = self._work.earliest()
+                now = self._clock.now_ms()
+                if self._target is not None and self._target <= now:
+                    await self._work.run_due(now)
+                    self._failed = 0
+                    await trio.lowlevel.checkpoint()
+                    continue
+            except Exception as exc:  # the store away (disk full, database down): again later
+                await self._back_off(exc)
+                continue
             if self._target is None:
                 await self._wake.wait()
-                continue
-            now = self._clock.now_ms()
-            if self._target <= now:
-                await self._work.run_due(now)
-                await trio.lowlevel.checkpoint()
                 continue
             with trio.move_on_at(self._clock.deadline_for(self._target)):
                 await self._wake.wait()

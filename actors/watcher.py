@@ -13,10 +13,12 @@ that looks at the file; nothing else polls.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 
 import trio
 
+log = logging.getLogger("sluicegate.settings")
 RELOAD_S = 2.0
 
 
@@ -29,6 +31,8 @@ class SettingsWatcher:
         self._nudge = trio.Event()
         self._checks: list[Callable[[], Awaitable[object]]] = []
         self.reloads = 0
+        #: Reloads failed in a row (the settings in force are the last good ones).
+        self.failures = 0
 
     def add_check(self, check: Callable[[], Awaitable[object]]) -> None:
         """Also await ``check()`` at every wake, before the reload."""
@@ -45,7 +49,16 @@ class SettingsWatcher:
             with trio.move_on_after(self._period):
                 await self._nudge.wait()
             self._nudge = trio.Event()
-            for check in self._checks:
-                await check()
-            self._reload()
+            try:
+                for check in self._checks:
+                    await check()
+                self._reload()
+            except Exception as exc:  # the store away (a database restarting): next time
+                self.failures += 1
+                if self.failures == 1:  # once per episode
+                    log.error("settings reload failed, keeping the last ones: %r", exc)
+                continue
+            if self.failures:
+                log.info("settings reload works again after %d failures", self.failures)
+                self.failures = 0
             self.reloads += 1

@@ -107,6 +107,14 @@ class ThrowawayCluster:
             raise
         return self.admin_dsn
 
+    def halt(self) -> None:
+        """Stop the server at once, keeping its files (an outage: ``resume`` ends it)."""
+        self._run("pg_ctl", "-D", "data", "-m", "immediate", "-w", "stop")
+
+    def resume(self) -> None:
+        """Start the server again after :meth:`halt` (crash recovery from its WAL)."""
+        self._run("pg_ctl", "-D", "data", "-l", "log", "-w", "-t", str(COMMAND_TIMEOUT), "start")
+
     def stop(self) -> None:
         """Stop the server at once (``-m immediate``: its files go next) and remove the dir."""
         if self.dir is None:

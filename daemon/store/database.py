@@ -391,14 +391,18 @@ class GroupCommit:
         rewritten unchanged) in its own transaction; on PostgreSQL a statement
         on any pooled connection."""
         conn = self._conn
-        try:
-            if self._pool is not None:
+        if self._pool is not None:
+            try:
                 conn.execute("SELECT 1")  # PostgreSQL: the server answers again
-            else:
-                conn.execute("BEGIN IMMEDIATE")
-                version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-                conn.execute(f"PRAGMA user_version = {version}")
-                conn.execute("COMMIT")
+            except Refused:  # still away (daemon.store.postgres answers unavailable)
+                return
+            self._recovered()
+            return
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+            conn.execute(f"PRAGMA user_version = {version}")
+            conn.execute("COMMIT")
         except self._errors as exc:
             _rollback(conn, self._errors)
             if not is_store_failure(exc):

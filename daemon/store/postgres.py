@@ -35,6 +35,7 @@ import trio
 import trio_asyncio
 
 from daemon.store import bridge
+from daemon.store.health import store_refusal
 
 #: Statement text (SQLite style) -> (PostgreSQL text, whether it returns rows).
 _TRANSLATED: dict[str, tuple[str, bool]] = {}
@@ -164,7 +165,14 @@ class PgConnection:
         if self.pool is None:
             raise bridge.NotBridged("a store statement ran outside a bridged call")
         method = self.pool.fetch if returns_rows else self.pool.execute
-        done = greenback.await_(trio_asyncio.aio_as_trio(method)(text, *params))
+        try:
+            done = greenback.await_(trio_asyncio.aio_as_trio(method)(text, *params))
+        except Exception as exc:
+            # The database away: ``unavailable``, as a failed write answers.
+            refused = store_refusal(exc)
+            if refused is None:
+                raise
+            raise refused from exc
         if returns_rows:
             return PgCursor(done, len(done))
         return PgCursor((), _count(done) if done else 0)

@@ -196,3 +196,30 @@ async def test_notes_are_passed_on_and_heard_instants_are_not(autojump_clock):
             assert actor.target == WALL0 + 3_000
             nursery.cancel_scope.cancel()
         assert passed_on == [WALL0 + 5_000]
+
+
+class _FailingWork(FakeWork):
+    """The store away for the first ``fails`` looks (a database restarting)."""
+
+    def __init__(self, fails: int, *instants: int) -> None:
+        super().__init__(*instants)
+        self.fails = fails
+
+    def earliest(self) -> int | None:
+        if self.fails:
+            self.fails -= 1
+            raise ConnectionError("the database is away")
+        return super().earliest()
+
+
+async def test_a_store_failure_is_retried_with_backoff_not_the_end_of_the_actor(autojump_clock):
+    with trio.fail_after(1_000):
+        clock = Clock(wall_start_ms=WALL0)
+        t0 = trio.current_time()
+        work = _FailingWork(3, WALL0 + 1_000)
+        async with trio.open_nursery() as nursery:
+            await _started(nursery, clock, work)
+            await trio.sleep(30)  # virtual time: autojump_clock
+            nursery.cancel_scope.cancel()
+        # Looked again after 0.5, 1 and 2 s, then found the item (due at 1 s): ran at once.
+        assert work.runs == [(t0 + 3.5, WALL0 + 3_500)]

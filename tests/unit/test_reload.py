@@ -214,6 +214,28 @@ async def test_the_watcher_runs_its_checks_every_period_before_the_reload(autoju
     ]  # fmt: skip
 
 
+async def test_a_failing_reload_keeps_the_watcher_and_the_last_settings(autojump_clock, caplog):
+    """The store away (a database restarting): the reload fails, is logged once,
+    and the next period tries again; the watcher lives on."""
+    outcomes = iter([ConnectionError("away"), ConnectionError("away"), None, None])
+
+    def reload() -> None:
+        failure = next(outcomes)
+        if failure is not None:
+            raise failure
+
+    watcher = SettingsWatcher(reload)
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(watcher.run)
+            await trio.sleep(5)  # virtual time (autojump_clock): two failed periods
+            assert (watcher.failures, watcher.reloads) == (2, 0)
+            await trio.sleep(4)  # virtual time (autojump_clock): two good ones
+            nursery.cancel_scope.cancel()
+    assert (watcher.failures, watcher.reloads) == (0, 2)
+    assert [r.message.startswith("settings reload failed") for r in caplog.records].count(True) == 1
+
+
 async def test_a_nudge_runs_the_checks_at_once(autojump_clock):
     seen: list[float] = []
     watcher = SettingsWatcher(lambda: None)
