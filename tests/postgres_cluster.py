@@ -64,8 +64,10 @@ class ThrowawayCluster:
     its files (also after a half-done start). Usable as a context manager.
     """
 
-    def __init__(self, bindir: Path) -> None:
+    def __init__(self, bindir: Path, settings: str = "") -> None:
         self.bindir = bindir
+        #: More postgresql.conf lines, after :data:`SETTINGS` (which win otherwise).
+        self.settings = settings
         #: The temp dir: the data directory, the socket and the log; None when stopped.
         self.dir: Path | None = None
 
@@ -99,7 +101,7 @@ class ThrowawayCluster:
                 os.chown(self.dir, owner.pw_uid, owner.pw_gid)
             self._run("initdb", *INITDB_OPTIONS.split())
             with open(self.dir / "data" / "postgresql.conf", "a") as conf:
-                conf.write(SETTINGS.format(dir=self.dir))
+                conf.write(SETTINGS.format(dir=self.dir) + self.settings)
             wait = str(COMMAND_TIMEOUT)
             self._run("pg_ctl", "-D", "data", "-l", "log", "-w", "-t", wait, "start")
         except BaseException:

@@ -268,8 +268,7 @@ class GroupCommit:
                 log.warning("database connection lost after a transaction: %r", exc)
                 return
             self._fail_all(writes, exc)
-            for item in writes:
-                item.done(item.result, item.error)
+            self._answer(writes)
 
     def _take(self) -> list[_Write]:
         """The first live write of the queue; the transaction grows from there."""
@@ -289,6 +288,11 @@ class GroupCommit:
         self._deadline = time.perf_counter() + self._budget
         if not self._run(writes, careful=False):
             self._run(writes, careful=True)
+        self._answer(writes)
+
+    def _answer(self, writes: list[_Write]) -> None:
+        """Settle each write, then the ``after_commit`` hooks (the socket server
+        sends the answers there: without them an answer would wait unsent)."""
         for item in writes:
             item.done(item.result, item.error)
         for hook in self.after_commit:
