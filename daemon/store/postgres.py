@@ -37,8 +37,9 @@ import trio_asyncio
 from daemon.store import bridge
 from daemon.store.health import store_refusal
 
-#: Statement text (SQLite style) -> (PostgreSQL text, whether it returns rows).
-_TRANSLATED: dict[str, tuple[str, bool]] = {}
+#: Statement text (SQLite style) -> (PostgreSQL text, whether it returns rows,
+#: whether the rows it returns are rows it changed: ``... RETURNING``).
+_TRANSLATED: dict[str, tuple[str, bool, bool]] = {}
 
 #: The few SQLite spellings the statements use, and PostgreSQL's:
 _REWRITES: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -77,12 +78,12 @@ def postgres_text(sql: str) -> str:
     return numbered(sql)
 
 
-def _translate(sql: str) -> tuple[str, bool]:
+def _translate(sql: str) -> tuple[str, bool, bool]:
     known = _TRANSLATED.get(sql)
     if known is None:
-        head = sql.lstrip()[:6].upper()
-        returns_rows = head.startswith(("SELECT", "WITH")) or " RETURNING " in sql.upper()
-        known = _TRANSLATED[sql] = (postgres_text(sql), returns_rows)
+        returning = " RETURNING " in sql.upper()
+        returns_rows = sql.lstrip()[:6].upper().startswith(("SELECT", "WITH")) or returning
+        known = _TRANSLATED[sql] = (postgres_text(sql), returns_rows, returning)
     return known
 
 
@@ -142,13 +143,13 @@ class PgConnection:
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> PgCursor:
         """Run one statement; its rows (or an empty cursor with ``rowcount``)."""
-        text, returns_rows = _translate(sql)
+        text, returns_rows, returning = _translate(sql)
         conn = bridge.connection_or_none()
         if conn is None:
             return self._alone(text, returns_rows, params)
         if returns_rows:
             rows = bridge.await_(conn.fetch(text, *params))
-            if not text.lstrip()[:6].upper().startswith("SELECT"):
+            if returning:
                 self.total_changes += len(rows)
             return PgCursor(rows, len(rows))
         status = bridge.await_(conn.execute(text, *params))
@@ -181,7 +182,7 @@ class PgConnection:
         """Run one statement for each parameter tuple of ``seq``."""
         args = [tuple(p) for p in seq]
         if args:
-            text, _ = _translate(sql)
+            text = _translate(sql)[0]
             bridge.await_(bridge.current().executemany(text, args))
             self.total_changes += len(args)  # asyncpg reports no count: at most one each
         return PgCursor((), len(args))
