@@ -7,7 +7,7 @@ ids minted by one daemon are strictly increasing.
 
 from __future__ import annotations
 
-import secrets
+from actors import entropy
 
 _ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
 _RANDOM_BITS = 80
@@ -29,10 +29,10 @@ class IdMint:
             rand = self._last_rand + 1
             if rand >> _RANDOM_BITS:  # 2**80 ids in one ms: borrow the next ms
                 now_ms += 1
-                rand = secrets.randbits(_RANDOM_BITS - 1)
+                rand = entropy.randbits(_RANDOM_BITS - 1)
         else:
             # Leave headroom so increments within the millisecond cannot overflow.
-            rand = secrets.randbits(_RANDOM_BITS - 1)
+            rand = entropy.randbits(_RANDOM_BITS - 1)
         self._last_ms, self._last_rand = now_ms, rand
         value = (now_ms << _RANDOM_BITS) | rand
         # Ids of one millisecond share their first 16 characters (the top 80

@@ -92,6 +92,8 @@ class BenchDaemon:
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(self.source),
                                                               env.get("PYTHONPATH")]))  # fmt: skip
         prefix = os.environ.get("BENCH_DAEMON_PREFIX", "").split()
+        if prefix:
+            timeout *= 10  # valgrind starts the interpreter about 50 times slower
         with open(self.log, "ab") as logf:
             self.proc = subprocess.Popen(
                 [*prefix, sys.executable, *serve],

@@ -25,10 +25,10 @@ What the admitted rows then do to memory is the transition step's
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from actors import entropy
 from actors import lifecycle as lc
 from actors.budgets import Budget
 from actors.counts import QueueCounts
@@ -59,7 +59,7 @@ NOTHING = Claimed([], {})
 
 def new_lease() -> str:
     """A fresh lease token."""
-    return secrets.token_hex(8)
+    return entropy.token_hex(8)
 
 
 class Admission:
