@@ -50,6 +50,16 @@ class QueueCounts:
         self._counts[key][state] -= n
         self._totals[key[0]][state] -= n
 
+    def set_state(self, state: str, counts: dict[QueueKey, int]) -> None:
+        """Every queue's count of ``state`` is now ``counts`` (absent: 0): the
+        store's own figure, read when other daemons move jobs too."""
+        for key in set(self._counts) | set(counts):
+            n = counts.get(key, 0)
+            old = self._counts[key][state]
+            if n != old:
+                self._counts[key][state] = n
+                self._totals[key[0]][state] += n - old
+
     def queues_of(self, namespace: str) -> list[str]:
         """The queues of ``namespace`` that have (or had) jobs."""
         return [q for ns, q in self._counts if ns == namespace]

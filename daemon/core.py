@@ -35,6 +35,7 @@ from daemon import __version__, retention
 from daemon.admission import usage
 from daemon.admission.admin_limit import AdminWriteLimiter
 from daemon.admission.budget_gate import BudgetGate
+from daemon.admission.cluster import ClusterSync, unsafe_unlocked
 from daemon.admission.door import Door
 from daemon.admission.doorbell import Doorbell
 from daemon.admission.pipeline import Admission
@@ -54,6 +55,10 @@ log = logging.getLogger("sluicegate.core")
 QueueKey = tuple[str, str]
 
 
+#: PostgreSQL: how long one group transaction may grow (SQLite: 1 ms).
+PG_TRANSACTION_BUDGET_S = 0.02
+
+
 class Core:
     """Everything a verb needs, owned by the daemon for its whole life."""
 
@@ -69,7 +74,10 @@ class Core:
         health = StoreHealth(None if cfg.postgres_dsn() else cfg.database_path(), cfg.wal_max_bytes)
         # PostgreSQL: each transaction on a connection of the pool (daemon.store.bridge).
         pool = getattr(db, "pool", None)
-        self.writer = GroupCommit(self.conn, clock.now_ms, health=health, pool=pool)
+        # PostgreSQL: a statement is a round trip and daemons take turns on the
+        # cluster's epoch lock, so a transaction takes more writes per turn.
+        budget_s = 0.001 if pool is None else PG_TRANSACTION_BUDGET_S
+        self.writer = GroupCommit(self.conn, clock.now_ms, budget_s, health=health, pool=pool)
         #: Every read and write of the daemon goes through this interface.
         self.store: Store = self.writer.store
         self.meter = usage.Meter()
@@ -136,6 +144,15 @@ class Core:
             metrics=self.metrics, config=lambda: self.config,
         )  # fmt: skip
         self.rollup = self.usage.ticker()
+        self.cluster: ClusterSync | None = None
+        if pool is not None:  # PostgreSQL: other daemons may share it (daemon.admission.cluster)
+            self.cluster = ClusterSync(
+                counts=self.counts, budgets=self.budgets, gate=self.budget_gate,
+                policies=self.policies, committer=self.writer, locked=not unsafe_unlocked(),
+            )  # fmt: skip
+            self.writer.begun.append(self.cluster.begin)
+            self.writer.pending.append(self.cluster)
+            self.budget_gate.save_credits = True
         self.recover()
 
     # -- start-up -------------------------------------------------------------

@@ -120,7 +120,11 @@ class Daemon:
                     ring=lambda key, n: core.router.ring(key, n, pending=n, edge=True),
                     waiting_keys=core.router.waiting_keys,
                     some_waiting=lambda: core.router.some_waiting,
-                    timers={"lease": core.timers.reaper, "delay": core.timers.delay_timer},
+                    timers={
+                        "lease": core.timers.reaper,
+                        "delay": core.timers.delay_timer,
+                        **({"limits": core.cluster} if core.cluster is not None else {}),
+                    },
                 )
                 core.doorbell.remote = crossing.publish
                 await root.start(crossing.run)

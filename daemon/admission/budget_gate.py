@@ -67,6 +67,9 @@ class BudgetGate(BudgetAnswers):
         self.parked_by_queue: dict[QueueKey, dict[str, int]] = {}
         #: Budgets with parked jobs: what the waker looks at.
         self.waiting: set[QueueKey] = set()
+        #: Credits are written with the pool (several daemons read pools back,
+        #: daemon.admission.cluster); one daemon alone recovers them at start.
+        self.save_credits = False
         self.waker = DueActor(
             clock, Due(self.earliest, lambda _now: committer.write(self.release_due))
         )
@@ -244,6 +247,8 @@ class BudgetGate(BudgetAnswers):
         if source == lc.RUNNING and target != lc.RUNNING:
             for budget, cost in resolved:
                 tx.undo(budget.credit(job_id, cost))
+                if self.save_credits:
+                    _save_pool(tx, budget)
             tx.after(lambda: [self._wake(b) for b, _c in resolved])
         was, now = source in UNFINISHED, target in UNFINISHED
         if was != now:

@@ -59,19 +59,35 @@ class Policies:
 
     # -- loading and writing ------------------------------------------------------
 
-    def load(self) -> None:
-        """Read every stored policy (start-up); a bad one fails its queue closed."""
+    def load(self, stored: list[tuple[tuple[Any, ...], int | None, int]] | None = None) -> None:
+        """Read every stored policy (start-up); a bad one fails its queue closed.
+
+        ``stored``: the rows already read, each with its latest window's start
+        and usage (daemon.admission.cluster reads them in one statement).
+        """
         policies, now = self._store.policies, self._clock.now_ms()
         self.states = {}
-        for row in policies.all_policies():
+        ask = stored is None  # else each row comes with its latest window's usage
+        rows = [(row, None, 0) for row in policies.all_policies()] if ask else stored
+        for row, latest_start, latest_used in rows:
             namespace, queue, text, created, updated, created_by, updated_by, source = row
+
+            def usage(
+                start: int,
+                ns: str = namespace,
+                q: str = queue,
+                latest: tuple[int | None, int] = (latest_start, latest_used),
+            ) -> int:
+                if ask:
+                    return policies.usage(ns, q, start)
+                return latest[1] if latest[0] == start else 0
+
             state = PolicyState(namespace, queue)
             state.created_at, state.updated_at = created, updated
             state.created_by, state.updated_by, state.source = created_by, updated_by, source
             try:
                 state.policy = parse_policy(orjson.loads(text))
-                state.roll(now, lambda start, ns=namespace, q=queue: policies.usage(
-                    ns, q, start))  # fmt: skip
+                state.roll(now, usage)
             except (Refused, ValueError) as exc:
                 state.broken = exc.message if isinstance(exc, Refused) else str(exc)
                 log.error("policy of queue %r/%r cannot be evaluated, failing closed: %s",

@@ -10,7 +10,7 @@ import orjson
 from actors.budget import BudgetSpec, PoolState, Strategy, TokenPool
 from actors.budgets import Budget
 
-_COLS = (
+COLS = (
     "namespace, key, allocation, strategy, created_at, updated_at, units, as_of_ms, in_flight, "
     "source"
 )
@@ -20,15 +20,15 @@ Row = tuple[Any, ...]
 #: Insert or replace: an upsert on the key, portable to PostgreSQL (which has no
 #: ``INSERT OR REPLACE``); every column but the key is replaced.
 _SAVE = (
-    f"INSERT INTO budgets ({_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    f"INSERT INTO budgets ({COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (namespace, key) DO UPDATE SET "
-    + ", ".join(f"{c} = excluded.{c}" for c in _COLS.replace(" ", "").split(",")[2:])
+    + ", ".join(f"{c} = excluded.{c}" for c in COLS.replace(" ", "").split(",")[2:])
 )
 
 
 def all_budgets(conn: sqlite3.Connection) -> list[Row]:
     """Every budget of every namespace, in key order."""
-    return conn.execute(f"SELECT {_COLS} FROM budgets ORDER BY namespace, key").fetchall()
+    return conn.execute(f"SELECT {COLS} FROM budgets ORDER BY namespace, key").fetchall()
 
 
 def save(
@@ -64,7 +64,7 @@ def save_pool(conn: sqlite3.Connection, namespace: str, key: str, state: PoolSta
 def get(conn: sqlite3.Connection, namespace: str, key: str) -> Row | None:
     """One budget's row, or None."""
     return conn.execute(
-        f"SELECT {_COLS} FROM budgets WHERE namespace = ? AND key = ?", (namespace, key)
+        f"SELECT {COLS} FROM budgets WHERE namespace = ? AND key = ?", (namespace, key)
     ).fetchone()
 
 

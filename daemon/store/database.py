@@ -136,6 +136,8 @@ class GroupCommit:
         self._now_ms = now_ms
         self._budget = budget_s
         self._queue: deque[_Write] = deque()
+        #: Called with the store right after each BEGIN, before any write runs.
+        self.begun: list[Callable[[SqliteStore], None]] = []
         self._wake = trio.Event()
         self._closed = False
         self._resume: trio.Event | None = None  # set while writes are held
@@ -302,12 +304,18 @@ class GroupCommit:
         """One transaction over ``writes`` (growing it from the queue while the
         time budget lasts); False if it must be re-run carefully."""
         conn = self._conn
-        now = self._now_ms()
         try:
             conn.execute(self._begin)
-        except self._errors as exc:
+            for begun in self.begun:  # the cluster's epoch lock first (daemon.admission.cluster)
+                begun(self.store)
+        except Exception as exc:  # a store error answers unavailable, a bug internal
+            self._journal.tx = None
+            _rollback(conn, self._errors)
             self._fail_all(writes, exc)
             return True
+        # The instant of the writes is read once the transaction holds its locks:
+        # behind another daemon's transaction, the writes happen after it.
+        now = self._now_ms()
         changes_at_begin = conn.total_changes
         try:
             index = 0

@@ -191,3 +191,20 @@ class RetentionStore(Protocol):
 
     def delete(self, state: str, ids: Sequence[str]) -> int:
         """Delete finished rows (never a live one); how many went."""
+
+
+@runtime_checkable
+class EpochStore(Protocol):
+    """The cluster's admission epoch (PostgreSQL shared by several daemons)."""
+
+    def bump(self) -> int:
+        """Lock the epoch row to the commit and advance it; the new epoch."""
+
+    def running(self) -> list[tuple[str, str, int]]:
+        """(namespace, queue, jobs running) of every queue with running jobs."""
+
+    def budgets(self) -> list[tuple[Any, bool]]:
+        """Every budget, loaded, and whether any job is parked on it."""
+
+    def policies(self) -> list[tuple[tuple[Any, ...], int | None, int]]:
+        """Every policy row with its latest window's start and usage."""

@@ -97,6 +97,7 @@ from daemon.store.families import (
     RETENTION,
     AuditStore,
     BudgetStore,
+    EpochStore,
     PolicyStore,
     QueueStore,
     RetentionStore,
@@ -114,6 +115,7 @@ __all__ = [
     "AuditStore",
     "BudgetStore",
     "Committer",
+    "EpochStore",
     "JobRow",
     "JobStore",
     "Pending",
@@ -245,6 +247,7 @@ class Store(Protocol):
     audit: AuditStore
     usage: UsageStore
     retention: RetentionStore
+    epoch: EpochStore
 
     def close(self) -> None:
         """Close the database."""
@@ -281,6 +284,11 @@ class Committer(Protocol):
     store: Store
     after_commit: list[Callable[[], None]]
     pending: list[Pending]
+
+    def submit(
+        self, fn: Callable[[Any], Any], done: Callable[[Any, BaseException | None], None]
+    ) -> Any:
+        """Queue ``fn`` for the next transaction; ``done`` is called when settled."""
 
     async def write(self, fn: Callable[[Any], T]) -> T:
         """Run ``fn(tx)`` in the next group transaction; its result after COMMIT."""

@@ -5,25 +5,25 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-_COLS = "namespace, queue, policy, created_at, updated_at, created_by, updated_by, source"
+COLS = "namespace, queue, policy, created_at, updated_at, created_by, updated_by, source"
 
 Row = tuple[Any, ...]
 
 #: Insert or replace: an upsert on the key, portable to PostgreSQL.
 _SAVE = (
-    f"INSERT INTO policies ({_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+    f"INSERT INTO policies ({COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (namespace, queue) DO UPDATE SET "
-    + ", ".join(f"{c} = excluded.{c}" for c in _COLS.replace(" ", "").split(",")[2:])
+    + ", ".join(f"{c} = excluded.{c}" for c in COLS.replace(" ", "").split(",")[2:])
 )
 
 
 def all_policies(conn: sqlite3.Connection) -> list[Row]:
     """Every stored policy row (``policy`` is the JSON text of its fields)."""
-    return conn.execute(f"SELECT {_COLS} FROM policies ORDER BY namespace, queue").fetchall()
+    return conn.execute(f"SELECT {COLS} FROM policies ORDER BY namespace, queue").fetchall()
 
 
 def save(conn: sqlite3.Connection, row: Row) -> None:
-    """Insert or replace one policy row (in :data:`_COLS` order)."""
+    """Insert or replace one policy row (in :data:`COLS` order)."""
     conn.execute(_SAVE, row)
 
 

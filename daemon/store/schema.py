@@ -373,6 +373,21 @@ _V6_POSTGRES = (
 )
 
 
+def _v7_cluster(db: sqlite_utils.Database) -> None:
+    # The admission epoch of daemons sharing one PostgreSQL database
+    # (daemon.store.cluster): one row, bumped first by every write transaction.
+    # SQLite has one daemon per file and never reads it; the table is kept in
+    # both dialects so the schemas stay one list.
+    db["cluster_epoch"].create({"id": int, "epoch": int}, pk="id", not_null={"epoch"})
+    db["cluster_epoch"].insert({"id": 1, "epoch": 0})
+
+
+_V7_POSTGRES = (
+    "CREATE TABLE cluster_epoch (id bigint PRIMARY KEY, epoch bigint NOT NULL)",
+    "INSERT INTO cluster_epoch (id, epoch) VALUES (1, 0)",
+)
+
+
 #: Every migration, in order: entry ``i`` is version ``i + 1`` (the version
 #: field says so for the reader; tests/unit/test_schema.py holds them equal).
 MIGRATIONS: list[Migration] = [
@@ -382,6 +397,7 @@ MIGRATIONS: list[Migration] = [
     Migration(4, "leader", _v4_leader, _V4_POSTGRES),
     Migration(5, "policies", _v5_policies, _V5_POSTGRES),
     Migration(6, "usage", _v6_usage, _V6_POSTGRES),
+    Migration(7, "cluster", _v7_cluster, _V7_POSTGRES),
 ]
 
 

@@ -16,10 +16,11 @@ from functools import partial
 from types import ModuleType
 from typing import Any
 
-from daemon.store import audit, budgets, jobs, policies, queues, retention, settings, usage
+from daemon.store import audit, budgets, epoch, jobs, policies, queues, retention, settings, usage
 from daemon.store.interface import (
     AuditStore,
     BudgetStore,
+    EpochStore,
     JobStore,
     PolicyStore,
     QueueStore,
@@ -72,6 +73,7 @@ class SqliteStore(Store):
             "audit": (audit, AuditStore),
             "usage": (usage, UsageStore),
             "retention": (retention, RetentionStore),
+            "epoch": (epoch, EpochStore),
         }
         for name, (module, protocol) in parts.items():
             setattr(self, name, _Bound(conn, module, protocol))

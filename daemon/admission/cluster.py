@@ -1,0 +1,169 @@
+"""Limits exact across daemons that share one PostgreSQL database.
+
+Every limit (budgets, queue policies, namespace quotas) is decided inside the
+write's transaction from memory: exact for one daemon, whose event loop is the
+only writer. Daemons sharing a database each see only their own moves, and
+deciding from that view would over-admit (PgQueuer's count-then-insert,
+Hatchet #4778). So on PostgreSQL every write transaction starts by bumping the
+cluster epoch (:mod:`daemon.store.epoch`):
+
+- the bump's row lock is held until the commit, so the write transactions of
+  all daemons run one at a time, in one order, and every decision is taken
+  over everything committed before it (no snapshot hides a claim that is not
+  yet committed: the lock waits for it);
+- the epoch it returns says whether another daemon committed since this one
+  last did. If so, the limit state is read back from the store before any write
+  of the transaction runs (:meth:`ClusterSync.reload`); if not, memory is
+  already exact and the transaction pays one statement.
+
+It is the first lock every write transaction takes, and always the same row,
+so no two daemons can deadlock over limits. What is read back costs what is
+configured and what runs, never the backlog:
+
+- jobs running per queue (policies' ``max_in_flight``, quotas' ``max_running``);
+- budgets: settings and pools (tokens as of an instant, cost in flight; credits
+  are saved too, see ``BudgetGate.save_credits``), budgets made or removed
+  elsewhere, and whether jobs are parked on each;
+- queue policies: definitions and the current window's usage.
+
+``locked=False`` is the unsafe design kept for the test that proves the lock is
+needed: every transaction reads the state back, without the lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+
+from actors import lifecycle as lc
+from actors.budgets import Budgets
+from actors.counts import QueueCounts
+from daemon.admission.budget_gate import BudgetGate
+from daemon.admission.policies import Policies
+from daemon.store.interface import Committer, Store
+
+log = logging.getLogger("sluicegate.cluster")
+#: Set to 1 in a test only: decide from an unlocked read (the over-admitting design).
+UNSAFE_ENV = "SLUICEGATE_TEST_UNLOCKED_ADMISSION"
+
+
+def unsafe_unlocked() -> bool:
+    """Whether the test-only switch asks for the unlocked design (logged loudly)."""
+    if os.environ.get(UNSAFE_ENV) != "1":
+        return False
+    log.warning("%s=1: limits are decided from unlocked reads and WILL over-admit "
+                "across daemons; a test switch, never for production", UNSAFE_ENV)  # fmt: skip
+    return True
+
+
+class ClusterSync:
+    """The epoch lock and the reload of limit state, for one daemon of a cluster."""
+
+    def __init__(
+        self, *, counts: QueueCounts, budgets: Budgets, gate: BudgetGate, policies: Policies,
+        committer: Committer, locked: bool = True,
+    ) -> None:  # fmt: skip
+        self._counts = counts
+        self._budgets = budgets
+        self._gate = gate
+        self._policies = policies
+        self.locked = locked
+        #: The epoch of this daemon's last committed transaction (None: none yet).
+        self.epoch: int | None = None
+        self._next: int | None = None
+        self._reloaded = False
+        self._committer = committer
+        self._syncing = False
+        self.reloads = 0
+        #: Set by the cross-daemon doorbell (as on a timer); nothing is published.
+        self.on_note: Callable[[int], None] | None = None
+
+    # -- GroupCommit's hooks: begun (after BEGIN), then flush/committed (Pending) ------
+
+    def begin(self, store: Store) -> None:
+        """The transaction's first statement: the epoch lock, then a reload if
+        another daemon committed since our last transaction."""
+        if not self.locked:
+            self.reload(store)
+            return
+        epoch = store.epoch.bump()
+        self._next = epoch
+        if self.epoch is None or epoch != self.epoch + 1:
+            self.reload(store)
+
+    def flush(self, store: Store) -> None:
+        """Nothing is accumulated: the bump is the transaction's first statement."""
+
+    def committed(self) -> None:
+        """Our bump committed: memory is exact as of this epoch."""
+        if self._next is not None:
+            self.epoch, self._next = self._next, None
+        if self._reloaded:
+            self._reloaded = False
+            self._after_reload()
+
+    # -- looking again without a write of our own --------------------------------------
+
+    def refresh(self) -> None:
+        """Every few seconds (daemon.store.pg_notify): a daemon with no writes of
+        its own still reads the state back, so work parked by a daemon that died,
+        or freed by another, is released here too."""
+        if self._syncing or not (self._budgets or self._policies.states):
+            return
+        self._syncing = True
+        self._committer.submit(lambda _tx: None, lambda _r, _e: self._synced())
+
+    def heard(self, _at_ms: int) -> None:
+        """Told of a change elsewhere: look again (one empty write, coalesced)."""
+        self.refresh()
+
+    def _synced(self) -> None:
+        self._syncing = False
+
+    # -- the reload ------------------------------------------------------------------
+
+    def reload(self, store: Store) -> None:
+        """Read every limit's state back from the store (inside the transaction)."""
+        self.reloads += 1
+        self._reloaded = True
+        self._counts.set_state(lc.RUNNING, {(ns, q): n for ns, q, n in store.epoch.running()})
+        self._reload_budgets(store)
+        told = {k: (s.last_label, s.reopen_at) for k, s in self._policies.states.items()}
+        self._policies.load(store.epoch.policies())
+        for key, state in self._policies.states.items():
+            if key in told:  # what subscribers were told stands: a reopening still rings
+                state.last_label, state.reopen_at = told[key]
+
+    def _reload_budgets(self, store: Store) -> None:
+        budgets = self._budgets
+        seen = set()
+        for stored, has_parked in store.epoch.budgets():
+            key = (stored.namespace, stored.key)
+            seen.add(key)
+            mine = budgets.get(key)
+            if mine is None:
+                budgets.add(stored)
+                mine = stored
+            else:
+                mine.pool.spec = stored.pool.spec
+                mine.pool.restore(stored.pool.raw())
+                mine.updated_at, mine.source = stored.updated_at, stored.source
+                # Promises of released jobs are this daemon's: another may have
+                # claimed them since. The debit at claim decides; start afresh.
+                mine.reserved.clear()
+            # Parked jobs may be another daemon's: what matters is whether any are.
+            if has_parked and mine.parked <= 0:
+                mine.park(None, 1 - mine.parked)
+                self._gate.waiting.add(key)
+            elif not has_parked and mine.parked:
+                mine.park(None, -mine.parked)
+        for key in [k for k in budgets if k not in seen]:
+            budgets.remove(*key)
+
+    def _after_reload(self) -> None:
+        """After the commit: parked jobs and reopened queues are looked at again."""
+        for budget in list(self._budgets.values()):
+            self._gate.settings_changed(budget)
+        for key in list(self._policies.states):
+            self._policies.refresh(key)

@@ -1,0 +1,61 @@
+"""Named SQL of the cluster's admission epoch (:mod:`daemon.admission.cluster`).
+
+One row, ``cluster_epoch`` id 1, bumped as the first statement of every write
+transaction of a daemon sharing PostgreSQL with others: the bump's row lock is
+held to the commit, so those transactions run one at a time cluster-wide, and
+the returned epoch says whether another daemon wrote since this one last did.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from actors.budgets import Budget
+from daemon.store.budgets import COLS as _BUDGET_COLS
+from daemon.store.budgets import load as load_budget
+from daemon.store.policies import COLS as _POLICY_COLS
+
+
+def bump(conn: sqlite3.Connection) -> int:
+    """Take the epoch row's lock (waiting for the holder's commit) and advance it;
+    the new epoch."""
+    row = conn.execute(
+        "UPDATE cluster_epoch SET epoch = epoch + 1 WHERE id = 1 RETURNING epoch"
+    ).fetchone()
+    if row is None:  # a schema without the row: refuse loudly rather than decide unlocked
+        raise RuntimeError("cluster_epoch has no row 1: the schema is incomplete")
+    return int(row[0])
+
+
+def running(conn: sqlite3.Connection) -> list[tuple[str, str, int]]:
+    """(namespace, queue, jobs running) of every queue with running jobs; read
+    through the running-jobs index, so it costs what runs, not the backlog."""
+    return conn.execute(
+        "SELECT namespace, queue, count(*) FROM jobs WHERE state = 'running' "
+        "GROUP BY namespace, queue"
+    ).fetchall()
+
+
+def budgets(conn: sqlite3.Connection) -> list[tuple[Budget, bool]]:
+    """Every budget, loaded, and whether any job is parked on it (one statement)."""
+    rows = conn.execute(
+        f"SELECT {', '.join('b.' + c.strip() for c in _BUDGET_COLS.split(','))}, "
+        "EXISTS (SELECT 1 FROM jobs j WHERE j.namespace = b.namespace AND j.parked_on = b.key) "
+        "FROM budgets b ORDER BY b.namespace, b.key"
+    ).fetchall()
+    return [(load_budget(row[:-1]), bool(row[-1])) for row in rows]
+
+
+def policies(conn: sqlite3.Connection) -> list[tuple[tuple[Any, ...], int | None, int]]:
+    """Every policy row with its latest window's start and usage (None, 0: none)."""
+    latest = (
+        "FROM policy_usage u WHERE u.namespace = p.namespace AND u.queue = p.queue "
+        "ORDER BY u.window_start DESC LIMIT 1"
+    )
+    rows = conn.execute(
+        f"SELECT {', '.join('p.' + c.strip() for c in _POLICY_COLS.split(','))}, "
+        f"(SELECT u.window_start {latest}), (SELECT u.used {latest}) "
+        "FROM policies p ORDER BY p.namespace, p.queue"
+    ).fetchall()
+    return [(tuple(row[:-2]), row[-2], row[-1] or 0) for row in rows]

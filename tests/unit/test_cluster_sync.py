@@ -1,0 +1,139 @@
+"""daemon/admission/cluster.py: the epoch lock's bookkeeping and the reload of
+limit state when another daemon committed (issue 15).
+
+The core runs on SQLite here (``UPDATE ... RETURNING`` works there too), with
+a :class:`ClusterSync` attached as the composition root attaches it on
+PostgreSQL. "Another daemon" is simulated the way it shows in the database:
+rows changed and the epoch advanced by someone else. The race itself, with
+real daemons on PostgreSQL, is tests/e2e/test_cluster_exactness.py.
+"""
+
+from __future__ import annotations
+
+from actors import lifecycle as lc
+from actors.counts import QueueCounts
+from daemon.admission.cluster import ClusterSync
+from tests.unit.harness import call, claim_jobs, enqueue_job, running_core
+
+
+def attach(core) -> ClusterSync:
+    sync = ClusterSync(
+        counts=core.counts, budgets=core.budgets, gate=core.budget_gate,
+        policies=core.policies, committer=core.writer,
+    )  # fmt: skip
+    core.writer.begun.append(sync.begin)
+    core.writer.pending.append(sync)
+    core.budget_gate.save_credits = True
+    return sync
+
+
+def another_daemon(core, *statements: str) -> None:
+    """Statements committed by another daemon: its rows, and its epoch bump."""
+    with core.conn:
+        for statement in statements:
+            core.conn.execute(statement)
+        core.conn.execute("UPDATE cluster_epoch SET epoch = epoch + 1 WHERE id = 1")
+
+
+def epoch(core) -> int:
+    return core.conn.execute("SELECT epoch FROM cluster_epoch").fetchone()[0]
+
+
+async def test_every_transaction_bumps_the_epoch_and_reloads_only_after_a_gap(
+    tmp_path, autojump_clock
+):
+    async with running_core(tmp_path, timers=False) as core:
+        sync = attach(core)
+        await enqueue_job(core)
+        assert sync.reloads == 1  # the first transaction knows nothing yet
+        await enqueue_job(core)
+        await enqueue_job(core)
+        assert sync.reloads == 1 and sync.epoch == epoch(core) == 3
+        another_daemon(core)
+        await enqueue_job(core)
+        assert sync.reloads == 2 and sync.epoch == 5
+
+
+async def test_a_pool_debited_elsewhere_holds_the_claim_back(tmp_path, autojump_clock):
+    async with running_core(tmp_path) as core:
+        sync = attach(core)
+        await call(core, "budget_create", key="slots", allocation=2,
+                   strategy={"type": "while_in_flight"})  # fmt: skip
+        for _ in range(3):
+            await enqueue_job(core, budgets=[{"key": "slots", "cost": 1}])
+        # Another daemon claimed two jobs of the pool (its in_flight is the store's).
+        another_daemon(core, "UPDATE budgets SET in_flight = 2 WHERE key = 'slots'")
+        assert await claim_jobs(core) == []  # memory alone would have said 2 free
+        assert core.budgets[("default", "slots")].pool.in_flight == 2
+        # It completed one of them: one claim fits, the next does not.
+        another_daemon(core, "UPDATE budgets SET in_flight = 1 WHERE key = 'slots'")
+        await call(core, "status")  # a read: no transaction, memory unchanged
+        assert core.budgets[("default", "slots")].pool.in_flight == 2
+        sync.refresh()  # what the cross-daemon doorbell does every few seconds
+        # The reload saw a slot free: the parked jobs' waker releases one.
+        assert len(await claim_jobs(core, wait_ms=5_000)) == 1
+        assert await claim_jobs(core) == []
+        (in_flight,) = core.conn.execute("SELECT in_flight FROM budgets").fetchone()
+        assert in_flight == 2  # the debit was written with the pool
+
+
+async def test_credits_are_written_with_the_pool(tmp_path, autojump_clock):
+    async with running_core(tmp_path, timers=False) as core:
+        attach(core)
+        await call(core, "budget_create", key="slots", allocation=2,
+                   strategy={"type": "while_in_flight"})  # fmt: skip
+        await enqueue_job(core, budgets=[{"key": "slots", "cost": 2}])
+        (job,) = await claim_jobs(core)
+        await call(core, "complete", job_id=job["id"], lease=job["lease"])
+        (in_flight,) = core.conn.execute("SELECT in_flight FROM budgets").fetchone()
+        assert in_flight == 0  # another daemon reading the pool back sees the credit
+
+
+async def test_jobs_running_elsewhere_fill_a_queue_policy(tmp_path, autojump_clock):
+    async with running_core(tmp_path, timers=False) as core:
+        attach(core)
+        await call(core, "policy_set", queue="q", max_in_flight=2)
+        ids = [(await enqueue_job(core))["id"] for _ in range(3)]
+        # Another daemon claimed two of them.
+        taken = f"('{ids[0]}', '{ids[1]}')"
+        another_daemon(core, "UPDATE jobs SET state = 'running', lease = 'x', "
+                             f"lease_expires_at = 9e15 WHERE id IN {taken}")  # fmt: skip
+        assert await claim_jobs(core) == []
+        assert core.counts.get(("default", "q"), lc.RUNNING) == 2
+
+
+async def test_a_policy_window_charged_elsewhere_counts_here(tmp_path, autojump_clock):
+    window = {"period": "hour", "tz": "UTC", "start": "00:00"}
+    async with running_core(tmp_path, timers=False) as core:
+        attach(core)
+        await call(core, "policy_set", queue="q", max_claims_per_window=3, window=window)
+        for _ in range(3):
+            await enqueue_job(core)
+        state = core.policies.states[("default", "q")]
+        another_daemon(core, f"INSERT INTO policy_usage (namespace, queue, window_start, used) "
+                             f"VALUES ('default', 'q', {state.window_start}, 2)")  # fmt: skip
+        assert len(await claim_jobs(core, max=3)) == 1  # 2 of 3 were used elsewhere
+
+
+async def test_a_budget_made_elsewhere_is_known_after_the_reload(tmp_path, autojump_clock):
+    async with running_core(tmp_path, timers=False) as core:
+        attach(core)
+        await call(core, "budget_create", key="a", allocation=1,
+                   strategy={"type": "while_in_flight"})  # fmt: skip
+        row = core.conn.execute("SELECT * FROM budgets WHERE key = 'a'").fetchone()
+        marks = ", ".join("?" * len(row))
+        with core.conn:  # another daemon makes "b" and removes "a"
+            core.conn.execute(f"INSERT INTO budgets VALUES ({marks})", ("default", "b", *row[2:]))
+            core.conn.execute("DELETE FROM budgets WHERE key = 'a'")
+            core.conn.execute("UPDATE cluster_epoch SET epoch = epoch + 1")
+        await enqueue_job(core)
+        assert set(core.budgets) == {("default", "b")}
+
+
+def test_set_state_replaces_one_state_and_keeps_the_totals():
+    counts = QueueCounts()
+    counts.load([("n", "a", lc.RUNNING, 3), ("n", "a", lc.PENDING, 5), ("n", "b", lc.RUNNING, 1)])
+    counts.set_state(lc.RUNNING, {("n", "a"): 1, ("m", "c"): 2})
+    assert counts.get(("n", "a"), lc.RUNNING) == 1 and counts.get(("n", "b"), lc.RUNNING) == 0
+    assert counts.total("n", lc.RUNNING) == 1 and counts.total("m", lc.RUNNING) == 2
+    assert counts.get(("n", "a"), lc.PENDING) == 5
