@@ -30,6 +30,7 @@ from daemon.cli import (
     queue,
     quota,
     status,
+    store,
     work,
 )
 from daemon.cli.context import CannotConnect, Context, UsageError, global_options
@@ -40,6 +41,7 @@ from daemon.sdk.errors import SluicegateError
 COMMANDS: tuple[ModuleType, ...] = (
     config_check,
     db,
+    store,
     status,
     jobs,
     dead,
