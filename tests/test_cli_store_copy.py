@@ -28,6 +28,7 @@ from daemon.main import periodic_scheduler
 from daemon.store.copier import copy_store
 from daemon.store.copy_layout import schema_tables
 from daemon.store.opening import open_database
+from daemon.store.schema import MIGRATIONS
 from tests.postgres import run_asyncio
 from tests.unit.harness import WALL0, call, claim_jobs, enqueue_job
 
@@ -192,7 +193,7 @@ def test_sqlite_to_sqlite_gives_an_equal_store(source, tmp_path, capsys):
     status, out, _err = copy(capsys, "--json", "--from", str(source), "--to", str(target))
     assert status == 0
     assert_equal_stores(sqlite_dump(source), sqlite_dump(target))
-    assert '"schema_version": 6' in out and '"jobs": ' in out
+    assert f'"schema_version": {len(MIGRATIONS)}' in out and '"jobs": ' in out
 
 
 def test_progress_counts_every_row_and_the_copy_is_one_snapshot(source, tmp_path):
@@ -265,7 +266,7 @@ def test_a_source_behind_this_schema_is_refused_naming_the_migration(tmp_path, c
     status, _out, err = copy(capsys, "--from", str(old), "--to", str(tmp_path / "new.db"))
     assert status == 1
     assert err == (
-        f"sluice: the source {old} is at schema version 5 of 6: "
+        f"sluice: the source {old} is at schema version 5 of {len(MIGRATIONS)}: "
         "run `sluice db migrate` on it first (with it as [daemon] database)\n"
     )
     assert not (tmp_path / "new.db").exists()

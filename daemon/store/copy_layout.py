@@ -5,7 +5,8 @@ list (:data:`daemon.store.schema.MIGRATIONS`) to an empty in-memory SQLite
 database and reads back each table's columns and primary key. A table a new
 migration adds is copied with no change here. The migration bookkeeping is not
 a table of the schema (``PRAGMA user_version`` on SQLite; on PostgreSQL the
-version table, which the target gets by being migrated).
+version table, which the target gets by being migrated), and tables a
+migration fills for the database itself (:data:`NOT_COPIED`) are skipped.
 
 Both dialects hold the same tables, columns and keys (tests/unit/test_pg_schema.py
 holds them equal), so one description serves either end. Rows are read in
@@ -27,6 +28,10 @@ import sqlite_utils
 from daemon.store.schema import migrate
 
 Row = tuple[Any, ...]
+#: Tables a migration fills and no copy should: the cluster's admission epoch
+#: (daemon.store.epoch) counts one database's transactions, and the target's
+#: own row starts it afresh.
+NOT_COPIED = frozenset({"cluster_epoch"})
 
 
 class CopyRefused(Exception):
@@ -66,7 +71,7 @@ def schema_tables() -> tuple[Table, ...]:
             )
         ]
         tables = []
-        for name in names:
+        for name in (n for n in names if n not in NOT_COPIED):
             info = conn.execute(f'PRAGMA table_info("{name}")').fetchall()
             key = tuple(r[1] for r in sorted(info, key=lambda r: r[5]) if r[5])
             if not key:  # keyset paging needs one; every table has had one so far
