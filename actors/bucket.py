@@ -27,8 +27,9 @@ class TokenBucket:
 
     __slots__ = ("_as_of", "_cap", "_rate", "_units", "last_used_ms")
 
-    def __init__(self, capacity: int, refill_per_s: float, now_ms: int) -> None:
-        self._cap = capacity * SCALE
+    def __init__(self, capacity: float, refill_per_s: float, now_ms: int) -> None:
+        # A capacity may be a share of a limit (a fraction): kept in whole units.
+        self._cap = int(capacity * SCALE)
         self._rate = round(refill_per_s * SCALE / 1000)  # units per ms
         self._units = self._cap  # a fresh bucket is full
         self._as_of = now_ms
@@ -71,9 +72,9 @@ class TokenBucket:
         self.last_used_ms = now_ms
         self._units, self._as_of = self._level(now_ms) - n * SCALE, now_ms
 
-    def update(self, capacity: int, refill_per_s: float, now_ms: int) -> None:
+    def update(self, capacity: float, refill_per_s: float, now_ms: int) -> None:
         """New settings without new tokens: keep the count, clamp it to the new capacity."""
         level = self._level(now_ms)
-        self._cap = capacity * SCALE
+        self._cap = int(capacity * SCALE)
         self._rate = round(refill_per_s * SCALE / 1000)
         self._units, self._as_of = min(level, self._cap), now_ms

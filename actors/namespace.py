@@ -54,7 +54,7 @@ class NamespaceActor:
         #: The door's buckets (request_rate, message_rate) and the settings
         #: they were made with (an update never adds tokens).
         self.buckets: dict[str, TokenBucket] = {}
-        self.bucket_specs: dict[str, Bucket] = {}
+        self.bucket_specs: dict[str, tuple[Bucket, float]] = {}
         #: Waiting ``claim_next`` calls holding a slot (``max_waiting_claims``).
         self.waiting = 0
         #: The storage and monthly blocks, from the last measurements.

@@ -216,9 +216,14 @@ class Core:
         info: dict[str, object] = {
             "version": __version__,
             "started_at": self.started_at,
-            "store": "sqlite",
+            "store": "sqlite" if self.cluster is None else "postgresql",
             "group_commits": {"commits": self.writer.commits, "writes": self.writer.writes},
         }
+        if self.cluster is not None:  # PostgreSQL: shared with other daemons
+            info["cluster"] = {
+                "epoch": self.cluster.epoch, "reloads": self.cluster.reloads,
+                "door_share": self.door.share,
+            }  # fmt: skip
         lag = self.metrics.lag_summary()
         if lag is not None:
             info["loop_lag"] = lag

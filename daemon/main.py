@@ -32,6 +32,7 @@ import trio
 from actors.clock import Clock
 from actors.errors import Refused
 from daemon import systemd
+from daemon.admission.membership import Membership
 from daemon.config import Config, ConfigError, DaemonConfig, PeriodicConfig, load_config
 from daemon.config_watch import ConfigFileWatch
 from daemon.core import Core
@@ -128,6 +129,9 @@ class Daemon:
                 )
                 core.doorbell.remote = crossing.publish
                 await root.start(crossing.run)
+                membership = Membership(committer=core.writer, now_ms=core.clock.now_ms,
+                                        set_share=core.door.set_share)  # fmt: skip
+                await root.start(membership.run)
             if cfg.postgres_dsn() is None:  # SQLite's WAL (PostgreSQL checkpoints itself)
                 checkpointer = Checkpointer(
                     cfg.database_path(), health=core.writer.health, hold_writes=core.writer.held

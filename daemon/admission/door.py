@@ -69,7 +69,15 @@ class Door:
         self._config = config
         self._known_queues = known_queues
         self._swept_at = 0
+        #: This daemon's part of every per-daemon limit (buckets, waiting slots):
+        #: 1 alone, 1/n of n daemons sharing a database (daemon.admission.membership).
+        self.share = 1.0
         self._buckets = False  # whether any bucket may exist (cleared by a sweep finding none)
+
+    def set_share(self, share: float) -> None:
+        """This daemon's part of the per-daemon limits from now (buckets are
+        clamped at their next use: a smaller share never keeps more tokens)."""
+        self.share = share
 
     def _sweep(self, now_ms: int) -> None:
         """Drop buckets idle for :data:`IDLE_MS` (lazily, piggybacked on requests,
@@ -99,13 +107,16 @@ class Door:
             actor.buckets.pop(limit, None)
             return None
         bucket = actor.buckets.get(limit)
+        share = self.share  # this daemon's part of the namespace's limit
         if bucket is None:
-            bucket = actor.buckets[limit] = TokenBucket(spec.capacity, spec.refill_per_s, now_ms)
+            bucket = actor.buckets[limit] = TokenBucket(
+                spec.capacity * share, spec.refill_per_s * share, now_ms
+            )
             self._buckets = True
-            actor.bucket_specs[limit] = spec
-        elif (known := actor.bucket_specs.get(limit)) is not spec and known != spec:
-            bucket.update(spec.capacity, spec.refill_per_s, now_ms)
-            actor.bucket_specs[limit] = spec
+            actor.bucket_specs[limit] = (spec, share)
+        elif actor.bucket_specs.get(limit) != (spec, share):
+            bucket.update(spec.capacity * share, spec.refill_per_s * share, now_ms)
+            actor.bucket_specs[limit] = (spec, share)
         return bucket
 
     def _charge(self, namespace: str, limit: str, n: int) -> None:
@@ -233,6 +244,8 @@ class Door:
         actor = self._namespaces.find(namespace)
         quota = actor.quota
         cap = quota.max_waiting_claims if quota is not None else None
+        if cap is not None and self.share < 1:
+            cap = int(cap * self.share)  # rounded down: the daemons' caps never sum over
         if (
             cap is not None
             and actor.waiting >= cap

@@ -28,10 +28,10 @@ import sqlite_utils
 from daemon.store.schema import migrate
 
 Row = tuple[Any, ...]
-#: Tables a migration fills and no copy should: the cluster's admission epoch
-#: (daemon.store.epoch) counts one database's transactions, and the target's
-#: own row starts it afresh.
-NOT_COPIED = frozenset({"cluster_epoch"})
+#: Tables of the database itself, never copied: the cluster's admission epoch
+#: (daemon.store.epoch) counts its transactions (the target's own row starts
+#: afresh), and ``members`` lists the daemons running on it now.
+NOT_COPIED = frozenset({"cluster_epoch", "members"})
 
 
 class CopyRefused(Exception):

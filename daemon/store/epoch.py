@@ -59,3 +59,20 @@ def policies(conn: sqlite3.Connection) -> list[tuple[tuple[Any, ...], int | None
         "FROM policies p ORDER BY p.namespace, p.queue"
     ).fetchall()
     return [(tuple(row[:-2]), row[-2], row[-1] or 0) for row in rows]
+
+
+def heartbeat(conn: sqlite3.Connection, daemon: str, now: int, lapse_ms: int) -> int:
+    """Say ``daemon`` is alive at ``now``, forget daemons silent for ``lapse_ms``;
+    how many are alive (this one included)."""
+    conn.execute(
+        "INSERT INTO members (daemon, joined_at, heartbeat_at) VALUES (?, ?, ?) "
+        "ON CONFLICT (daemon) DO UPDATE SET heartbeat_at = excluded.heartbeat_at",
+        (daemon, now, now),
+    )
+    conn.execute("DELETE FROM members WHERE heartbeat_at <= ?", (now - lapse_ms,))
+    return int(conn.execute("SELECT count(*) FROM members").fetchone()[0])
+
+
+def leave(conn: sqlite3.Connection, daemon: str) -> None:
+    """``daemon`` stops: the others take its share at their next heartbeat."""
+    conn.execute("DELETE FROM members WHERE daemon = ?", (daemon,))

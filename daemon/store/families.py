@@ -208,3 +208,9 @@ class EpochStore(Protocol):
 
     def policies(self) -> list[tuple[tuple[Any, ...], int | None, int]]:
         """Every policy row with its latest window's start and usage."""
+
+    def heartbeat(self, daemon: str, now: int, lapse_ms: int) -> int:
+        """Say ``daemon`` is alive; how many daemons are."""
+
+    def leave(self, daemon: str) -> None:
+        """``daemon`` stops."""

@@ -380,11 +380,23 @@ def _v7_cluster(db: sqlite_utils.Database) -> None:
     # both dialects so the schemas stay one list.
     db["cluster_epoch"].create({"id": int, "epoch": int}, pk="id", not_null={"epoch"})
     db["cluster_epoch"].insert({"id": 1, "epoch": 0})
+    # The live daemons (daemon.admission.membership): per-daemon limits are split
+    # over the daemons heartbeating here.
+    db["members"].create(
+        {"daemon": str, "joined_at": int, "heartbeat_at": int},
+        pk="daemon",
+        not_null={"joined_at", "heartbeat_at"},
+    )
 
 
 _V7_POSTGRES = (
     "CREATE TABLE cluster_epoch (id bigint PRIMARY KEY, epoch bigint NOT NULL)",
     "INSERT INTO cluster_epoch (id, epoch) VALUES (1, 0)",
+    """CREATE TABLE members (
+        daemon text COLLATE "C" PRIMARY KEY,
+        joined_at bigint NOT NULL,
+        heartbeat_at bigint NOT NULL
+    )""",
 )
 
 

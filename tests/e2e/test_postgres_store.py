@@ -147,3 +147,52 @@ def test_the_leases_of_a_daemon_killed_mid_job_are_reaped_by_another(two_daemons
         again = cb.ok("claim_next", queues=["q"])["jobs"][0]["job"]
     assert again["id"] == job["id"] and again["attempts"] == 2
     assert again["error"] == "lease expired"
+
+
+def test_a_periodic_slot_fires_once_across_daemons(tmp_path, pg_dsn):
+    """Both daemons run the same ``[[periodic]]`` entry; each slot's record is read
+    under the cluster's epoch lock (daemon.admission.cluster), so a slot one
+    daemon fired is a duplicate for the other: one job per slot."""
+    entry = '[[periodic]]\nname = "tick"\nqueue = "ticks"\ntype = "t"\nevery = "1s"\n'
+    a = _daemon(tmp_path / "a", pg_dsn, extra=entry)
+    try:
+        b = _daemon(tmp_path / "b", pg_dsn, extra=entry)
+        a.dsn = pg_dsn
+        slots = "SELECT ready_at, count(*) FROM jobs WHERE queue = 'ticks' GROUP BY ready_at"
+        wait_until(lambda: len(a.sql(slots)) >= 4, timeout=30, what="four slots fired")
+        assert all(n == 1 for _at, n in a.sql(slots)), a.sql(slots)
+        b.cleanup()
+    finally:
+        a.cleanup()
+
+
+def test_a_burst_through_two_daemons_never_passes_more_than_the_namespace_limit(tmp_path, pg_dsn):
+    """The door's request bucket is split over the live daemons (1/n each): the
+    same burst sent through both admits at most the namespace's capacity."""
+    quota = "[quotas.default]\nrequest_rate = { capacity = 20, refill_per_s = 0.01 }\n"
+    a = _daemon(tmp_path / "a", pg_dsn, extra=quota, http=False)
+    try:
+        b = _daemon(tmp_path / "b", pg_dsn, extra=quota, http=False)
+        try:
+            with closing(a.client()) as ca, closing(b.client()) as cb:
+
+                def shares() -> list[float]:  # asked as another namespace: no token spent
+                    return [c.ok("status", namespace="probe")["daemon"]["cluster"]["door_share"]
+                            for c in (ca, cb)]  # fmt: skip
+
+                # Each counts the other within a heartbeat; the joiner holds none till then.
+                wait_until(lambda: shares() == [0.5, 0.5], timeout=20, what="both at 1/2")
+                allowed = {"a": 0, "b": 0}
+                for _ in range(30):  # the same burst, alternately through each
+                    for name, c in (("a", ca), ("b", cb)):
+                        frame = c.call("queue_list")
+                        if frame["ok"]:
+                            allowed[name] += 1
+                        else:
+                            assert frame["error"]["code"] == "rate_limited", frame
+                # 20 a namespace: 10 a daemon.
+                assert allowed == {"a": 10, "b": 10}
+        finally:
+            b.cleanup()
+    finally:
+        a.cleanup()

@@ -196,3 +196,31 @@ async def test_idle_buckets_are_pruned_lazily_but_not_while_claims_wait(tmp_path
         await trio.sleep(121)  # virtual time: autojump_clock
         await call(core, "status", namespace="other")
         assert actor.buckets == {} and actor.bucket_specs == {}
+
+
+async def test_a_share_of_the_limit_scales_rate_burst_and_waiting_slots(tmp_path, autojump_clock):
+    """One of n daemons sharing a database takes 1/n (daemon.admission.membership):
+    a smaller share clamps the bucket at once and never adds tokens."""
+    async with running_core(tmp_path) as core:
+        await door(core, request_rate={"capacity": 8, "refill_per_s": 2}, max_waiting_claims=5)
+        core.door.set_share(0.5)
+        for _ in range(4):  # a burst of 8 / 2
+            await call(core, "status")
+        await refused(call(core, "status"))
+        await trio.sleep(1)  # virtual time: autojump_clock; refills 2 / 2 = 1
+        await call(core, "status")
+        await refused(call(core, "status"))
+        core.door.set_share(1.0)  # the other daemon lapsed: its share is this one's now
+        await trio.sleep(1)  # virtual time: autojump_clock
+        await call(core, "status")  # the second before the bucket's update: at 1 a second
+        await refused(call(core, "status"))
+        await trio.sleep(1)  # virtual time: autojump_clock; 2 a second from the update
+        await call(core, "status")
+        await call(core, "status")
+        await refused(call(core, "status"))
+        core.door.set_share(1 / 3)  # a third daemon: 5 slots / 3, rounded down
+        release = core.door.wait_slot("default")
+        with pytest.raises(Refused) as info:
+            core.door.wait_slot("default")
+        assert info.value.code == "too_many_waiters"
+        release()
