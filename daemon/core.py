@@ -148,11 +148,13 @@ class Core:
         if pool is not None:  # PostgreSQL: other daemons may share it (daemon.admission.cluster)
             self.cluster = ClusterSync(
                 counts=self.counts, budgets=self.budgets, gate=self.budget_gate,
-                policies=self.policies, committer=self.writer, locked=not unsafe_unlocked(),
+                policies=self.policies, quotas=self.quotas, committer=self.writer,
+                locked=not unsafe_unlocked(),
             )  # fmt: skip
             self.writer.begun.append(self.cluster.begin)
             self.writer.pending.append(self.cluster)
             self.budget_gate.save_credits = True
+            self.quotas.save_rates = True
         self.recover()
 
     # -- start-up -------------------------------------------------------------

@@ -24,7 +24,9 @@ configured and what runs, never the backlog:
 - budgets: settings and pools (tokens as of an instant, cost in flight; credits
   are saved too, see ``BudgetGate.save_credits``), budgets made or removed
   elsewhere, and whether jobs are parked on each;
-- queue policies: definitions and the current window's usage.
+- queue policies: definitions and the current window's usage;
+- quotas: ``enqueue_rate`` pools (written with each debit), and for namespaces
+  with ``max_pending`` their waiting jobs, counted (bounded by the quota).
 
 ``locked=False`` is the unsafe design kept for the test that proves the lock is
 needed: every transaction reads the state back, without the lock.
@@ -41,6 +43,7 @@ from actors.budgets import Budgets
 from actors.counts import QueueCounts
 from daemon.admission.budget_gate import BudgetGate
 from daemon.admission.policies import Policies
+from daemon.admission.quotas import Quotas
 from daemon.store.interface import Committer, Store
 
 log = logging.getLogger("sluicegate.cluster")
@@ -62,12 +65,13 @@ class ClusterSync:
 
     def __init__(
         self, *, counts: QueueCounts, budgets: Budgets, gate: BudgetGate, policies: Policies,
-        committer: Committer, locked: bool = True,
+        quotas: Quotas, committer: Committer, locked: bool = True,
     ) -> None:  # fmt: skip
         self._counts = counts
         self._budgets = budgets
         self._gate = gate
         self._policies = policies
+        self._quotas = quotas
         self.locked = locked
         #: The epoch of this daemon's last committed transaction (None: none yet).
         self.epoch: int | None = None
@@ -129,6 +133,7 @@ class ClusterSync:
         self._reloaded = True
         self._counts.set_state(lc.RUNNING, {(ns, q): n for ns, q, n in store.epoch.running()})
         self._reload_budgets(store)
+        self._quotas.read_back(store)
         told = {k: (s.last_label, s.reopen_at) for k, s in self._policies.states.items()}
         self._policies.load(store.epoch.policies())
         for key, state in self._policies.states.items():

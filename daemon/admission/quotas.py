@@ -106,6 +106,10 @@ class Quotas:
         self._doorbell = doorbell
         #: The earliest lease expiry (``running_full``'s hint).
         self._lease_hint = lease_hint
+        #: Several daemons: waiting jobs per namespace beyond this daemon's counts,
+        #: as of the last read-back, and whether rate pools are written.
+        self.elsewhere: dict[str, int] = {}
+        self.save_rates = False
 
     def reload(self) -> None:
         """Read every stored quota document into the namespace actors."""
@@ -193,6 +197,8 @@ class Quotas:
             self._metrics.quota_refused(namespace, exc.code)
             raise
         tx.undo(undo)
+        if self.save_rates and actor.rate is not None and admitted.live:
+            tx.store.epoch.save_rate(namespace, actor.rate.raw(), tx.now_ms)
         tx.after(lambda: actor.committed_pending(admitted.live))
         if admitted.shed_reason is not None:
             shed = n - admitted.live
@@ -205,10 +211,25 @@ class Quotas:
         return f"{limit} {getattr(quota, limit, '')}"
 
     def pending_now(self, namespace: str) -> int:
-        """The namespace's scheduled and pending jobs (what ``max_pending`` counts)."""
-        return self._counts.total(namespace, lc.SCHEDULED) + self._counts.total(
-            namespace, lc.PENDING
+        """The namespace's scheduled and pending jobs (what ``max_pending`` counts),
+        those other daemons moved included (:attr:`elsewhere`)."""
+        return (
+            self._counts.total(namespace, lc.SCHEDULED)
+            + self._counts.total(namespace, lc.PENDING)
+            + self.elsewhere.get(namespace, 0)
         )
+
+    def read_back(self, store: Store) -> None:
+        """Several daemons (daemon.admission.cluster): the ``enqueue_rate`` pools as
+        stored, and each ``max_pending`` namespace's waiting jobs as counted."""
+        stored = dict(store.epoch.rates())
+        self.elsewhere.clear()
+        for actor in self._namespaces.known():
+            if actor.rate is not None and actor.namespace in stored:
+                actor.rate.restore(stored[actor.namespace])
+            if actor.quota is not None and actor.quota.max_pending is not None:
+                counted = store.epoch.waiting(actor.namespace)
+                self.elsewhere[actor.namespace] = counted - self.pending_now(actor.namespace)
 
     def claim_room(self, namespace: str, want: int) -> int:
         """How many jobs a claim in ``namespace`` may take now (at most ``want``).

@@ -11,6 +11,8 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
+import orjson
+
 from actors.budgets import Budget
 from daemon.store.budgets import COLS as _BUDGET_COLS
 from daemon.store.budgets import load as load_budget
@@ -76,3 +78,41 @@ def heartbeat(conn: sqlite3.Connection, daemon: str, now: int, lapse_ms: int) ->
 def leave(conn: sqlite3.Connection, daemon: str) -> None:
     """``daemon`` stops: the others take its share at their next heartbeat."""
     conn.execute("DELETE FROM members WHERE daemon = ?", (daemon,))
+
+
+#: Settings keys of the namespaces' ``enqueue_rate`` pools (several daemons):
+#: under the reserved ``quota:`` prefix, so no settings listing shows them, and
+#: no quota document is read from them (daemon.store.families.namespace_of).
+RATE_PREFIX = "quota:rate:"
+
+
+def rates(conn: sqlite3.Connection) -> list[tuple[str, tuple[int, int, int]]]:
+    """(namespace, pool state) of every stored ``enqueue_rate`` pool."""
+    rows = conn.execute(
+        "SELECT key, value FROM settings WHERE key >= ? AND key < ?",
+        (RATE_PREFIX, RATE_PREFIX[:-1] + ";"),  # ";" follows ":": the prefix's range
+    ).fetchall()
+    out = []
+    for key, value in rows:
+        units, as_of, in_flight = orjson.loads(value)
+        out.append((key[len(RATE_PREFIX) :], (int(units), int(as_of), int(in_flight))))
+    return out
+
+
+def save_rate(conn: sqlite3.Connection, namespace: str, state: tuple[int, int, int],
+              now: int) -> None:  # fmt: skip
+    """Write a namespace's ``enqueue_rate`` pool, in the enqueue's transaction."""
+    conn.execute(
+        "INSERT INTO settings (key, value, updated_at) VALUES (?, ?, ?) "
+        "ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
+        (RATE_PREFIX + namespace, orjson.dumps(list(state)).decode(), now),
+    )
+
+
+def waiting(conn: sqlite3.Connection, namespace: str) -> int:
+    """A namespace's scheduled and pending jobs (what ``max_pending`` counts)."""
+    row = conn.execute(
+        "SELECT count(*) FROM jobs WHERE namespace = ? AND state IN ('scheduled', 'pending')",
+        (namespace,),
+    ).fetchone()
+    return int(row[0])

@@ -214,3 +214,12 @@ class EpochStore(Protocol):
 
     def leave(self, daemon: str) -> None:
         """``daemon`` stops."""
+
+    def rates(self) -> list[tuple[str, tuple[int, int, int]]]:
+        """(namespace, pool state) of every stored ``enqueue_rate`` pool."""
+
+    def save_rate(self, namespace: str, state: tuple[int, int, int], now: int) -> None:
+        """Write a namespace's ``enqueue_rate`` pool."""
+
+    def waiting(self, namespace: str) -> int:
+        """A namespace's scheduled and pending jobs."""

@@ -10,7 +10,11 @@ real daemons on PostgreSQL, is tests/e2e/test_cluster_exactness.py.
 
 from __future__ import annotations
 
+import orjson
+import pytest
+
 from actors import lifecycle as lc
+from actors.errors import Refused
 from actors.counts import QueueCounts
 from daemon.admission.cluster import ClusterSync
 from tests.unit.harness import call, claim_jobs, enqueue_job, running_core
@@ -19,11 +23,12 @@ from tests.unit.harness import call, claim_jobs, enqueue_job, running_core
 def attach(core) -> ClusterSync:
     sync = ClusterSync(
         counts=core.counts, budgets=core.budgets, gate=core.budget_gate,
-        policies=core.policies, committer=core.writer,
+        policies=core.policies, quotas=core.quotas, committer=core.writer,
     )  # fmt: skip
     core.writer.begun.append(sync.begin)
     core.writer.pending.append(sync)
     core.budget_gate.save_credits = True
+    core.quotas.save_rates = True
     return sync
 
 
@@ -137,3 +142,36 @@ def test_set_state_replaces_one_state_and_keeps_the_totals():
     assert counts.get(("n", "a"), lc.RUNNING) == 1 and counts.get(("n", "b"), lc.RUNNING) == 0
     assert counts.total("n", lc.RUNNING) == 1 and counts.total("m", lc.RUNNING) == 2
     assert counts.get(("n", "a"), lc.PENDING) == 5
+
+
+async def test_jobs_waiting_elsewhere_count_against_max_pending(tmp_path, autojump_clock):
+    async with running_core(tmp_path, timers=False) as core:
+        attach(core)
+        await call(core, "quota_set", quota={"max_pending": 3})
+        first = await enqueue_job(core)
+        # Another daemon enqueued two more (rows copied from ours, new ids).
+        cols = [r[1] for r in core.conn.execute("PRAGMA table_info(jobs)")]
+        for n in (1, 2):
+            values = ", ".join(f"'{first['id'][:-1]}{n}'" if c == "id" else c for c in cols)
+            another_daemon(core, f"INSERT INTO jobs SELECT {values} FROM jobs "
+                                 f"WHERE id = '{first['id']}'")  # fmt: skip
+        with pytest.raises(Refused) as info:  # 3 of 3 are waiting, 2 of them elsewhere
+            await call(core, "enqueue", queue="q", type="t")
+        assert info.value.code == "queue_full"
+
+
+async def test_an_enqueue_rate_spent_elsewhere_is_spent_here(tmp_path, autojump_clock):
+    async with running_core(tmp_path, timers=False) as core:
+        attach(core)
+        await call(core, "quota_set", quota={"enqueue_rate": "3/s"})
+        await enqueue_job(core)  # the pool is written with its debit
+        (state,) = core.conn.execute(
+            "SELECT value FROM settings WHERE key = 'quota:rate:default'").fetchone()  # fmt: skip
+        units, as_of, in_flight = orjson.loads(state)
+        # Another daemon spent the other two tokens at the same instant.
+        spent = orjson.dumps([units - 2 * (units // 2), as_of, in_flight]).decode()
+        another_daemon(core, f"UPDATE settings SET value = '{spent}' "
+                             "WHERE key = 'quota:rate:default'")  # fmt: skip
+        with pytest.raises(Refused) as info:
+            await call(core, "enqueue", queue="q", type="t")
+        assert info.value.code == "rate_limited"
