@@ -43,6 +43,7 @@ from daemon.reload import decide
 from daemon.startup import StartupError
 from daemon.store.checkpointer import Checkpointer
 from daemon.store.pg_notify import CrossDaemonDoorbell
+from daemon.store.pg_stats import JobStatistics
 from daemon.transport.http_server import serve_http
 from daemon.transport.socket_server import SocketServer
 from daemon.verbs.budgets import provision
@@ -132,6 +133,9 @@ class Daemon:
                 membership = Membership(committer=core.writer, now_ms=core.clock.now_ms,
                                         set_share=core.door.set_share)  # fmt: skip
                 await root.start(membership.run)
+                statistics = JobStatistics(db.pool)
+                core.writer.after_commit.append(lambda: statistics.committed(core.writer.writes))
+                await root.start(statistics.run)
             if cfg.postgres_dsn() is None:  # SQLite's WAL (PostgreSQL checkpoints itself)
                 checkpointer = Checkpointer(
                     cfg.database_path(), health=core.writer.health, hold_writes=core.writer.held
