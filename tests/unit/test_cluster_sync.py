@@ -14,8 +14,8 @@ import orjson
 import pytest
 
 from actors import lifecycle as lc
-from actors.errors import Refused
 from actors.counts import QueueCounts
+from actors.errors import Refused
 from daemon.admission.cluster import ClusterSync
 from tests.unit.harness import call, claim_jobs, enqueue_job, running_core
 
