@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -72,11 +73,19 @@ def _at_least_or_none(minimum: int) -> Validator:
     return maybe
 
 
+def _check_daemon_name(_inst: object, attr: attrs.Attribute, value: str) -> None:
+    if value and not NAME_RE.match(value):
+        raise FieldError(attr.name, f"must be empty (the host's name) or {NAME_RULE}")
+
+
 @attrs.frozen
 class DaemonConfig:
     """``[daemon]``: where state lives, the listeners and the store."""
 
     state_dir: str = DEFAULT_STATE_DIR
+    #: This daemon's name among those sharing a database: the ``daemon`` label of
+    #: its per-daemon metrics. Empty: the host's name (:meth:`daemon_name`).
+    name: str = attrs.field(default="", validator=_check_daemon_name)
     #: A SQLite file (default: ``sluicegate.db`` in the state directory), or a
     #: ``postgresql://user@host:port/db`` DSN: several daemons share that database.
     database: str = ""
@@ -129,6 +138,11 @@ class DaemonConfig:
     def state_path(self) -> Path:
         """The state directory."""
         return Path(self.state_dir)
+
+    def daemon_name(self) -> str:
+        """``name``, else the host's name: stable across restarts, so a label's
+        values stay one per daemon."""
+        return self.name or socket.gethostname()
 
     def postgres_dsn(self) -> str | None:
         """The PostgreSQL DSN when ``database`` names one, else None (SQLite)."""

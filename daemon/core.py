@@ -49,6 +49,8 @@ from daemon.session import Authenticator
 from daemon.store.database import GroupCommit
 from daemon.store.health import StoreHealth
 from daemon.store.interface import JobRow, Store
+from daemon.store.pg_opening import dsn_target
+from daemon.store.reachability import DatabaseTarget, Reachability
 from daemon.store.rows import to_wire
 
 log = logging.getLogger("sluicegate.core")
@@ -80,12 +82,20 @@ class Core:
         self.writer = GroupCommit(self.conn, clock.now_ms, budget_s, health=health, pool=pool)
         #: Every read and write of the daemon goes through this interface.
         self.store: Store = self.writer.store
+        #: Whether the database answers (``/healthz``): the committer's word, or a probe.
+        self.database = Reachability(
+            _target(config), health=health, commits=lambda: self.writer.commits,
+            probe=None if pool is None else db.ping, on_failure=self.writer.failed_elsewhere,
+            timeout_s=cfg.database_connect_timeout / 1000,
+        )  # fmt: skip
         self.meter = usage.Meter()
         self.writer.pending.append(self.meter)
         self.router = ClaimRouter()
         self.counts = QueueCounts()
         self.ids = IdMint()
-        self.metrics = Metrics(config.daemon.metrics_max_queues)
+        self.metrics = Metrics(cfg.metrics_max_queues, daemon=cfg.daemon_name())
+        if pool is not None:  # PostgreSQL: the pool's connections, per daemon
+            self.metrics.per_daemon.pool = db.statistics
         self.history = History()  # the board's pictures (bounded, in memory)
         self.timers = JobTimers(clock, self.store, self.writer)
         self.started_at = clock.now_ms()
@@ -139,6 +149,7 @@ class Core:
             committer=self.writer, store=self.store, counts=self.counts,
             namespaces=self.namespaces, metrics=self.metrics, config=lambda: self.config,
         ).leader()  # fmt: skip
+        self.metrics.per_daemon.add_role("retention", self.retention)
         self.usage = usage.Rollup(
             clock=clock, committer=self.writer, namespaces=self.namespaces,
             metrics=self.metrics, config=lambda: self.config,
@@ -218,7 +229,7 @@ class Core:
         info: dict[str, object] = {
             "version": __version__,
             "started_at": self.started_at,
-            "store": "sqlite" if self.cluster is None else "postgresql",
+            "store": self.database.target.store,
             "group_commits": {"commits": self.writer.commits, "writes": self.writer.writes},
         }
         if self.cluster is not None:  # PostgreSQL: shared with other daemons
@@ -238,3 +249,12 @@ class Core:
             now = self.clock.now_ms() if now_ms is None else now_ms
             job["admission"] = self.admission.status(row, now)
         return job
+
+
+def _target(config: Config) -> DatabaseTarget:
+    """What ``/healthz`` names of the database: the DSN's host and database
+    (never its user or password), or the SQLite file."""
+    dsn = config.daemon.postgres_dsn()
+    if dsn is None:
+        return DatabaseTarget("sqlite", None, str(config.daemon.database_path().absolute()))
+    return DatabaseTarget("postgresql", *dsn_target(dsn))

@@ -127,8 +127,10 @@ class Daemon:
                         "delay": core.timers.delay_timer,
                         **({"limits": core.cluster} if core.cluster is not None else {}),
                     },
+                    lag=core.metrics.notify_lag,
                 )
                 core.doorbell.remote = crossing.publish
+                core.metrics.per_daemon.notices = crossing.statistics
                 await root.start(crossing.run)
                 membership = Membership(committer=core.writer, now_ms=core.clock.now_ms,
                                         set_share=core.door.set_share)  # fmt: skip

@@ -204,6 +204,16 @@ COMPONENTS: dict[str, Schema] = {
         "properties": {
             "status": {"type": "string", "enum": ["ok", "degraded", "draining", "unavailable"]},
             "problems": {"type": "array", "items": {"type": "string"}},
+            "database": {
+                "type": "object",
+                "required": ["store", "reachable", "host", "name"],
+                "properties": {
+                    "store": {"type": "string", "enum": ["sqlite", "postgresql"]},
+                    "reachable": {"type": "boolean"},
+                    "host": {"type": ["string", "null"]},
+                    "name": {"type": ["string", "null"]},
+                },
+            },
         },
     },
 }

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from daemon.session import Authenticator
     from daemon.store.database import GroupCommit
     from daemon.store.interface import JobRow, Store
+    from daemon.store.reachability import Reachability
 
 
 class Services(Protocol):
@@ -44,6 +45,8 @@ class Services(Protocol):
     #: The committer: every write runs through it, in group transactions.
     writer: GroupCommit
     store: Store
+    #: Whether the database answers (``/healthz``'s ``database`` section).
+    database: Reachability
     admission: Admission
     door: Door
     quotas: Quotas

@@ -3,7 +3,9 @@
 The ``queue`` (and ``budget``) label is capped: the first ``max_queues`` distinct queue names
 get their own value, later ones are folded into ``__other__``, so a producer
 inventing queue names cannot blow up the series count. Gauges are read from
-the in-memory counts at scrape time, never by counting rows.
+the in-memory counts at scrape time, never by counting rows. Values that differ
+between daemons sharing a database carry a ``daemon`` label
+(:mod:`daemon.metrics.per_daemon`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from daemon.metrics.gauges import Gauges, GaugeSources, ParkedJobs, PolicyStatuses
 from daemon.metrics.labels import OTHER, QueueLabels
+from daemon.metrics.per_daemon import DaemonGauges
 
 if TYPE_CHECKING:
     from actors.budgets import Budgets
@@ -29,12 +32,14 @@ QueueKey = tuple[str, str]
 
 _WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60, 300, 3600)
 _LAG_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1)
+_NOTIFY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 
 
 class Metrics:
     """The daemon's metrics; verbs and actors report through these methods."""
 
-    def __init__(self, max_queues: int = 100) -> None:
+    def __init__(self, max_queues: int = 100, daemon: str = "") -> None:
+        """``daemon`` is the ``daemon`` label's value (``[daemon] name``)."""
         self.registry = CollectorRegistry(auto_describe=True)
         self.label = QueueLabels(max_queues)
         #: Budget keys and namespaces share the queue label's cap
@@ -108,6 +113,15 @@ class Metrics:
             buckets=_LAG_BUCKETS,
             registry=r,
         )
+        self._notify_lag = Histogram(
+            "sluicegate_notify_lag_seconds",
+            "Time from a doorbell notice's publication (on any daemon) to its receipt "
+            "here, by LISTEN/NOTIFY (PostgreSQL); across hosts it includes clock skew.",
+            ["daemon"], buckets=_NOTIFY_BUCKETS, registry=r,
+        )  # fmt: skip
+        #: Leader roles, the pool, the LISTEN connection (labelled ``daemon``).
+        self.per_daemon = DaemonGauges(daemon)
+        r.register(self.per_daemon)
         self._children: dict[tuple[Counter | Histogram, str], Any] = {}
         self.lag_samples: deque[float] = deque(maxlen=100_000)
         self._gauges: Gauges | None = None
@@ -209,6 +223,11 @@ class Metrics:
         self.loop_lag.observe(seconds)
         self.lag_samples.append(seconds)
 
+    def notify_lag(self, seconds: float) -> None:
+        """A doorbell notice arrived ``seconds`` after it was published (the
+        series appears at the first notice: none on SQLite)."""
+        self._notify_lag.labels(self.per_daemon.daemon).observe(seconds)
+
     def lag_summary(self) -> dict[str, float] | None:
         """p50/p99/max of recent lag samples in ms, when the probe runs."""
         if not self.lag_samples:
@@ -247,6 +266,7 @@ class Metrics:
 
 __all__ = [
     "OTHER",
+    "DaemonGauges",
     "GaugeSources",
     "Gauges",
     "Metrics",

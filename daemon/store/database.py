@@ -393,6 +393,12 @@ class GroupCommit:
             item.tx = None
             item.error = refused
 
+    def failed_elsewhere(self, exc: BaseException) -> None:
+        """A probe outside any transaction (``/healthz``) found the store away:
+        failing, and the committer probes for its return even with no write."""
+        self.health.failed(exc)
+        self._wake.set()
+
     def _recovered(self) -> None:
         if self.health.wrote():
             self._probe_delay = PROBE_FIRST

@@ -24,17 +24,23 @@ A daemon killed between its commit and its notice is covered by every
 daemon's timers looking at the database again each :data:`REFRESH_S`.
 
 Payload: one line per queue, ``daemon-id TAB namespace TAB queue TAB n``,
-several lines per notice up to PostgreSQL's 8000-byte limit.
+several lines per notice up to PostgreSQL's 8000-byte limit. The first line,
+``daemon-id TAB sent-at`` (wall microseconds since the epoch, taken just
+before the notice is sent), lets each receiver measure the delivery lag
+(``sluicegate_notify_lag_seconds``); a daemon of an older version skips it as
+malformed, and a notice without it is simply not measured.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 import asyncpg
+import attrs
 import trio
 import trio_asyncio
 
@@ -60,21 +66,48 @@ _PROBE = (
 )
 
 
-def payloads(daemon_id: str, rings: dict[QueueKey, int]) -> list[str]:
-    """The notices for ``rings``: lines joined up to :data:`PAYLOAD_MAX` bytes."""
+def payloads(daemon_id: str, rings: dict[QueueKey, int], sent_us: int | None = None) -> list[str]:
+    """The notices for ``rings``: lines joined up to :data:`PAYLOAD_MAX` bytes,
+    each notice led by a ``daemon-id TAB sent_us`` line when ``sent_us`` is given."""
+    head = [] if sent_us is None else [f"{daemon_id}\t{sent_us}"]
+    head_size = sum(len(line.encode()) + 1 for line in head)
     out: list[str] = []
-    lines: list[str] = []
-    size = 0
+    lines: list[str] = list(head)
+    size = head_size
     for (namespace, queue), n in rings.items():
         line = f"{daemon_id}\t{namespace}\t{queue}\t{n}"
-        if lines and size + len(line.encode()) + 1 > PAYLOAD_MAX:
+        if len(lines) > len(head) and size + len(line.encode()) + 1 > PAYLOAD_MAX:
             out.append("\n".join(lines))
-            lines, size = [], 0
+            lines, size = list(head), head_size
         lines.append(line)
         size += len(line.encode()) + 1
-    if lines:
+    if len(lines) > len(head):
         out.append("\n".join(lines))
     return out
+
+
+def sent_at(payload: str) -> int | None:
+    """The wall microseconds a notice was sent at, from its first line (None
+    when it carries none: a daemon of an older version)."""
+    first = payload.split("\n", 1)[0].split("\t")
+    if len(first) == 2 and first[1].isdigit():
+        return int(first[1])
+    return None
+
+
+def _wall_us() -> int:
+    return time.time_ns() // 1000
+
+
+@attrs.frozen
+class NoticeStatistics:
+    """A snapshot of :class:`CrossDaemonDoorbell`."""
+
+    #: Notices sent, and ring lines heard from other daemons.
+    published: int
+    received: int
+    #: Whether the LISTEN connection is up.
+    listening: bool
 
 
 def parse(payload: str, own_id: str) -> list[tuple[QueueKey, int]]:
@@ -99,7 +132,12 @@ class CrossDaemonDoorbell:
         waiting_keys: Callable[[], list[QueueKey]],
         some_waiting: Callable[[], trio.Event],
         timers: dict[str, Any] | None = None,
+        *,
+        lag: Callable[[float], None] | None = None,
+        wall_us: Callable[[], int] = _wall_us,
     ) -> None:
+        """``lag`` is told each notice's delivery lag in seconds (a metrics sink);
+        ``wall_us`` is the wall clock of ``sent-at`` (microseconds)."""
         self._pool = pool
         self._connect = connect  # a coroutine function: a new asyncpg connection
         self._ring = ring
@@ -113,8 +151,15 @@ class CrossDaemonDoorbell:
         self._outbox: dict[QueueKey, int] = {}
         self._wake = trio.Event()
         self._lost = trio.Event()
+        self._lag = lag
+        self._wall_us = wall_us
         self.published = 0
         self.received = 0
+        self.listening = False
+
+    def statistics(self) -> NoticeStatistics:
+        """A frozen snapshot, for metrics."""
+        return NoticeStatistics(self.published, self.received, self.listening)
 
     def publish(self, key: QueueKey, n: int) -> None:
         """``n`` jobs of ``key`` became claimable here (after the commit)."""
@@ -149,7 +194,7 @@ class CrossDaemonDoorbell:
             await self._wake.wait()
             self._wake = trio.Event()
             rings, self._outbox = self._outbox, {}
-            for payload in payloads(self.daemon_id, rings):
+            for payload in payloads(self.daemon_id, rings, self._wall_us()):
                 try:
                     await trio_asyncio.aio_as_trio(self._pool.execute)(
                         "SELECT pg_notify($1, $2)", CHANNEL, payload
@@ -159,6 +204,9 @@ class CrossDaemonDoorbell:
                     log.warning("doorbell notice not sent: %r", exc)
 
     def _received(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        sent = sent_at(payload)
+        if sent is not None and self._lag is not None:  # ours too: no clock skew in those
+            self._lag(max(0, self._wall_us() - sent) / 1_000_000)
         for key, n in parse(payload, self.daemon_id):
             self.received += 1
             if key[0]:
@@ -182,6 +230,7 @@ class CrossDaemonDoorbell:
                 conn.add_termination_listener(lambda _c: self._lost.set())
                 try:
                     await trio_asyncio.aio_as_trio(conn.add_listener)(CHANNEL, self._received)
+                    self.listening = True
                     if not started:
                         started = True
                         task_status.started()
@@ -190,6 +239,7 @@ class CrossDaemonDoorbell:
                 except Exception as exc:
                     log.warning("doorbell listener failed (%r); reconnecting", exc)
                 finally:
+                    self.listening = False
                     with trio.CancelScope(shield=True):
                         await trio_asyncio.aio_as_trio(conn.close)()
             if not started:  # start serving anyway: the poll covers it meanwhile

@@ -9,7 +9,8 @@ of :mod:`daemon.store.pg_schema`, so daemons starting together migrate once.
 
 The password comes from ``database_password_file``, else from the DSN,
 ``PGPASSWORD`` or the passfile (asyncpg reads those two itself). It never
-appears in a log line or an error: :func:`redacted` is what is shown.
+appears in a log line or an error: :func:`redacted` is what is shown, and
+``/healthz`` shows only the host and the database (:func:`dsn_target`).
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
 
 import asyncpg
+import attrs
 import trio
 import trio_asyncio
 
@@ -43,6 +45,35 @@ def redacted(dsn: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
+def dsn_target(dsn: str) -> tuple[str | None, str | None]:
+    """``(host, database)`` that ``dsn`` names, without user or password (for
+    ``/healthz``); None where the DSN leaves it to libpq's defaults.
+
+    The host is the DSN's ``host[:port]`` list as written, or its ``host`` (and
+    ``port``) query parameters (a unix socket directory); the database is the
+    path, or the ``dbname`` parameter. No other parameter is read: a
+    ``password`` there is never shown.
+    """
+    parts = urlsplit(dsn)
+    query = parse_qs(parts.query)
+    host = unquote(parts.netloc.rpartition("@")[2]) or None
+    if host is None and "host" in query:
+        host = query["host"][-1]
+        if "port" in query:
+            host = f"{host}:{query['port'][-1]}"
+    name = unquote(parts.path.lstrip("/")) or query.get("dbname", [None])[-1]
+    return host, name
+
+
+@attrs.frozen
+class PoolStatistics:
+    """A snapshot of the pool: connections open, in use, and the most it opens."""
+
+    size: int
+    in_use: int
+    max_size: int
+
+
 class PgDatabase:
     """The open PostgreSQL store: its pool, and the connection facade the
     store's statements run on (``conn``, as SQLite's database has one)."""
@@ -59,6 +90,16 @@ class PgDatabase:
         """A connection of its own, outside the pool (asyncio side): the
         doorbell's listener holds one."""
         return await asyncpg.connect(self._dsn, **self._connect_args)
+
+    async def ping(self) -> None:
+        """One ``SELECT 1`` on a pooled connection (``/healthz``'s probe); raises
+        what the pool or the server raised."""
+        await trio_asyncio.aio_as_trio(self.pool.fetchval)("SELECT 1")
+
+    def statistics(self) -> PoolStatistics:
+        """The pool now (no I/O: the pool's own counts)."""
+        size = self.pool.get_size()
+        return PoolStatistics(size, size - self.pool.get_idle_size(), self.pool.get_max_size())
 
     async def aclose(self) -> None:
         """Close the pool (connections in use are waited for)."""

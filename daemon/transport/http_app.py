@@ -127,7 +127,7 @@ class HttpApp:
     async def _route(self, scope: Scope, receive: Receive, headers: dict[str, str]) -> Reply | None:
         method, path = scope["method"], scope["path"]
         if path == "/healthz" and method == "GET":
-            return self._healthz()
+            return await self._healthz()
         if path == "/metrics" and method == "GET":
             return self._metrics(headers)
         if path == "/" and method == "GET":
@@ -253,16 +253,20 @@ class HttpApp:
         status = 200 if result["duplicate"] or result["folded"] else 201
         return Reply(status, {**job, **result})
 
-    def _healthz(self) -> Reply:
+    async def _healthz(self) -> Reply:
+        # First: a probe that finds the database away makes the store failing.
+        database = {"database": await self.core.database.wire()}
         problems = self.core.health_problems()
         if self.core.draining:
-            return Reply(503, {"status": "draining", "problems": ["the daemon is draining"]})
+            return Reply(503, {"status": "draining", "problems": ["the daemon is draining"],
+                               **database})  # fmt: skip
         unusable = self.core.writer.health.unusable()  # writes fail: cannot serve
         if unusable:
-            return Reply(503, {"status": "unavailable", "problems": unusable + problems})
+            return Reply(503, {"status": "unavailable", "problems": unusable + problems,
+                               **database})  # fmt: skip
         if problems:
-            return Reply(200, {"status": "degraded", "problems": problems})
-        return Reply(200, {"status": "ok"})
+            return Reply(200, {"status": "degraded", "problems": problems, **database})
+        return Reply(200, {"status": "ok", **database})
 
     def _metrics(self, headers: dict[str, str]) -> Reply:
         token = self.core.config.daemon.metrics_token

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support import metric, parse_metrics
+from tests.support import metric, parse_metrics, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -12,7 +12,27 @@ pytestmark = pytest.mark.e2e
 def test_healthz(daemon):
     with daemon.http() as http:
         r = http.get("/healthz")
-        assert r.status_code == 200 and r.json() == {"status": "ok"}
+    assert r.status_code == 200 and r.json()["status"] == "ok"
+    assert set(r.json()) == {"status", "database"}
+    if daemon.dsn is None:  # SQLite: the file the daemon holds open, no host
+        expected = {"store": "sqlite", "reachable": True, "host": None,
+                    "name": str(daemon.state.absolute() / "sluicegate.db")}  # fmt: skip
+        assert r.json()["database"] == expected
+    else:  # SLUICEGATE_TEST_STORE=postgres (tests/e2e/test_postgres_operations.py)
+        assert r.json()["database"]["store"] == "postgresql"
+
+
+def test_the_per_daemon_metrics_carry_the_daemon_name(make_daemon, tmp_path):
+    """SQLite: the leader gauge (a lone daemon holds the retention lease), labelled
+    with ``[daemon] name``; no PostgreSQL pool or notice series."""
+    daemon = make_daemon(f'database = "{tmp_path / "own.db"}"\nname = "alpha"\n')
+    leads = lambda: metric(daemon.metrics(), "sluicegate_leader",  # noqa: E731
+                           role="retention", daemon="alpha")  # fmt: skip
+    assert wait_until(leads, what="the retention lease taken") == 1
+    names = {name for name, _labels in daemon.metrics()}
+    assert not {n for n in names if n.startswith(("sluicegate_pg_pool", "sluicegate_notify"))}
+    with daemon.client() as c:
+        assert c.ok("status")["daemon"]["store"] == "sqlite"
 
 
 def test_metrics_count_what_happened(daemon, connect):

@@ -58,3 +58,31 @@ def test_a_database_stopped_under_the_daemon_answers_unavailable_then_recovers(t
                 assert set(acked) <= listed
         finally:
             daemon.cleanup()
+
+
+def test_healthz_finds_a_database_stopped_under_an_idle_daemon_then_its_return(tmp_path):
+    """No write meets the outage: ``/healthz``'s own probe finds it (503, the
+    ``database`` section unreachable), and the committer's probe its return."""
+    with ThrowawayCluster(_bindir()) as cluster, postgres.fresh_database(cluster.admin_dsn) as dsn:
+        daemon = DaemonProcess(tmp_path, f'database = "{dsn}"\n')
+        daemon.start(timeout=30)
+        try:
+            with daemon.http() as http:
+                first = http.get("/healthz")
+                assert first.status_code == 200, first.text
+                assert first.json()["database"]["reachable"] is True
+                cluster.halt()
+                down = wait_until(lambda: (r := http.get("/healthz")).status_code == 503 and r,
+                                  timeout=30, what="/healthz 503")  # fmt: skip
+                body = down.json()
+                assert body["status"] == "unavailable"
+                assert body["database"]["reachable"] is False
+                assert body["database"]["store"] == "postgresql"
+                assert any("database is unavailable" in p for p in body["problems"]), body
+                assert daemon.proc is not None and daemon.proc.poll() is None  # still up
+                cluster.resume()
+                up = wait_until(lambda: (r := http.get("/healthz")).status_code == 200 and r,
+                                timeout=30, what="/healthz to recover")  # fmt: skip
+                assert up.json()["status"] == "ok" and up.json()["database"]["reachable"]
+        finally:
+            daemon.cleanup()

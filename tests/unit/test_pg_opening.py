@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from daemon.config import parse_config
-from daemon.store.pg_opening import redacted
+from daemon.store.pg_opening import dsn_target, redacted
 
 
 @pytest.mark.parametrize(
@@ -38,3 +38,21 @@ def test_the_pool_settings_are_checked():
     assert cfg.database_connect_timeout == 500
     with pytest.raises(Exception, match="database_pool_size"):
         parse_config({"daemon": {"database_pool_size": 1}}, "t")
+
+
+@pytest.mark.parametrize(
+    ("dsn", "target"),
+    [
+        ("postgresql://u:pw@db.internal:5432/sluicegate", ("db.internal:5432", "sluicegate")),
+        ("postgresql://u:p%40ss@h/db%20x?sslmode=require", ("h", "db x")),
+        ("postgres://h1:5432,h2:5433/jobs", ("h1:5432,h2:5433", "jobs")),
+        # A socket directory and the database as parameters; a password there stays hidden.
+        ("postgresql://postgres@/postgres?host=/run/pg&port=5433&password=pw",
+         ("/run/pg:5433", "postgres")),
+        ("postgresql:///?dbname=jobs&password=pw", (None, "jobs")),
+        ("postgresql://u@/", (None, None)),
+    ],
+)  # fmt: skip
+def test_healthz_names_the_host_and_database_never_the_user_or_password(dsn, target):
+    assert dsn_target(dsn) == target
+    assert "pw" not in repr(dsn_target(dsn)) and "u@" not in repr(dsn_target(dsn))
