@@ -39,6 +39,7 @@ from daemon.store import bridge
 from daemon.store.health import StoreHealth, is_store_failure, store_refusal
 from daemon.store.interface import Pending
 from daemon.store.sqlite import SqliteStore
+from daemon.store.transaction import Done, Tx, Write
 
 log = logging.getLogger("sluicegate.store")
 T = TypeVar("T")
@@ -48,58 +49,6 @@ if store_refusal not in OUTCOMES:
 #: The committer's probe of a failing store: first delay and cap (seconds).
 PROBE_FIRST = 0.25
 PROBE_MAX = 10.0
-
-
-class Tx:
-    """One write's view of the open transaction
-    (:class:`~daemon.store.interface.Transaction`): ``store`` to read and write
-    through, ``now_ms``, and the write's effects on memory."""
-
-    __slots__ = ("_after", "_undo", "conn", "now_ms", "store")
-
-    def __init__(self, store: SqliteStore, now_ms: int) -> None:
-        self.store = store
-        #: SQLite's connection, for this package and white-box tests only.
-        self.conn = store.conn
-        self.now_ms = now_ms
-        self._after: list[Callable[[], None]] = []
-        self._undo: list[Callable[[], None]] = []
-
-    def after(self, effect: Callable[[], None]) -> None:
-        """Run ``effect`` once the transaction has committed (never if not)."""
-        self._after.append(effect)
-
-    def undo(self, inverse: Callable[[], None]) -> None:
-        """Run ``inverse`` if this write's statements are rolled back.
-
-        For memory a write changed at once; inverses run newest first.
-        """
-        self._undo.append(inverse)
-
-    def rolled_back(self) -> None:
-        """This write's statements were undone: undo its memory changes too."""
-        while self._undo:
-            self._undo.pop()()
-        self._after.clear()
-
-
-#: Called once a write is settled: (result, None) after its commit, or (None, error).
-Done = Callable[[Any, BaseException | None], None]
-
-
-class _Write:
-    __slots__ = ("done", "error", "fn", "result", "tx", "withdrawn")
-
-    # ``tx`` is set while the write's effects stand: after it ran without
-    # error, until its transaction commits or rolls back.
-
-    def __init__(self, fn: Callable[[Tx], Any], done: Done) -> None:
-        self.fn = fn
-        self.done = done
-        self.result: Any = None
-        self.error: BaseException | None = None
-        self.tx: Tx | None = None
-        self.withdrawn = False
 
 
 class GroupCommit:
@@ -135,7 +84,7 @@ class GroupCommit:
         self._probe_at: float | None = None
         self._now_ms = now_ms
         self._budget = budget_s
-        self._queue: deque[_Write] = deque()
+        self._queue: deque[Write] = deque()
         #: Called with the store right after each BEGIN, before any write runs.
         self.begun: list[Callable[[SqliteStore], None]] = []
         self._wake = trio.Event()
@@ -148,7 +97,7 @@ class GroupCommit:
         self.commits = 0
         self.writes = 0
 
-    def submit(self, fn: Callable[[Tx], Any], done: Done) -> _Write:
+    def submit(self, fn: Callable[[Tx], Any], done: Done) -> Write:
         """Queue ``fn`` for the next transaction; ``done`` is called when settled.
 
         A :class:`Refused` raised by ``fn`` rolls back that write alone and is
@@ -156,7 +105,7 @@ class GroupCommit:
         """
         if self._closed:
             raise Refused("shutting_down", "the daemon is shutting down")
-        item = _Write(fn, done)
+        item = Write(fn, done)
         self._queue.append(item)
         self._wake.set()
         return item
@@ -181,7 +130,7 @@ class GroupCommit:
 
     def run_now(self, fn: Callable[[Tx], T]) -> T:
         """Run one write in its own transaction, synchronously (startup, tests)."""
-        item = _Write(fn, lambda _r, _e: None)
+        item = Write(fn, lambda _r, _e: None)
         self._commit([item])
         if item.error is not None:
             raise item.error
@@ -252,13 +201,13 @@ class GroupCommit:
                     else:
                         await self._commit_pooled(self._take())
 
-    async def _commit_pooled(self, writes: list[_Write]) -> None:
+    async def _commit_pooled(self, writes: list[Write]) -> None:
         """PostgreSQL: the transaction bridged on a pooled connection. With no
         connection to be had (the database is down), the writes are answered
         ``unavailable`` and the committer lives on."""
         began = False
 
-        def commit(writes: list[_Write]) -> None:
+        def commit(writes: list[Write]) -> None:
             nonlocal began
             began = True  # from here _commit answers every write itself
             self._commit(writes)
@@ -272,7 +221,7 @@ class GroupCommit:
             self._fail_all(writes, exc)
             self._answer(writes)
 
-    def _take(self) -> list[_Write]:
+    def _take(self) -> list[Write]:
         """The first live write of the queue; the transaction grows from there."""
         while self._queue:
             item = self._queue.popleft()
@@ -280,7 +229,7 @@ class GroupCommit:
                 return [item]
         return []
 
-    def _commit(self, writes: list[_Write]) -> None:
+    def _commit(self, writes: list[Write]) -> None:
         if not writes:
             return
         # Optimistic first: no savepoints. A write that is refused before it
@@ -292,7 +241,7 @@ class GroupCommit:
             self._run(writes, careful=True)
         self._answer(writes)
 
-    def _answer(self, writes: list[_Write]) -> None:
+    def _answer(self, writes: list[Write]) -> None:
         """Settle each write, then the ``after_commit`` hooks (the socket server
         sends the answers there: without them an answer would wait unsent)."""
         for item in writes:
@@ -300,7 +249,7 @@ class GroupCommit:
         for hook in self.after_commit:
             hook()
 
-    def _run(self, writes: list[_Write], *, careful: bool) -> bool:
+    def _run(self, writes: list[Write], *, careful: bool) -> bool:
         """One transaction over ``writes`` (growing it from the queue while the
         time budget lasts); False if it must be re-run carefully."""
         conn = self._conn
@@ -313,8 +262,7 @@ class GroupCommit:
             _rollback(conn, self._errors)
             self._fail_all(writes, exc)
             return True
-        # The instant of the writes is read once the transaction holds its locks:
-        # behind another daemon's transaction, the writes happen after it.
+        # Read once the locks are held: behind another daemon's commit, ours come after.
         now = self._now_ms()
         changes_at_begin = conn.total_changes
         try:
@@ -381,7 +329,7 @@ class GroupCommit:
                     effect()
         return True
 
-    def _fail_all(self, writes: list[_Write], exc: BaseException) -> None:
+    def _fail_all(self, writes: list[Write], exc: BaseException) -> None:
         """The transaction failed: a store error answers ``unavailable``, a bug
         ``internal`` (one logged reference for the whole transaction)."""
         refused = store_refusal(exc)
@@ -438,12 +386,12 @@ def _rollback(conn: Any, errors: tuple[type[BaseException], ...]) -> None:
             log.warning("rollback failed: %s", exc)
 
 
-def _rolled_back(writes: list[_Write]) -> None:
+def _rolled_back(writes: list[Write]) -> None:
     """The whole transaction was rolled back: undo its writes' memory, newest first."""
     for item in reversed(writes):
         if item.tx is not None:
             item.tx.rolled_back()
-            item.tx = None
+        item.tx = None
 
 
 def _internal(exc: BaseException) -> Refused:
