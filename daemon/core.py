@@ -145,10 +145,11 @@ class Core:
         )  # fmt: skip
         self.store.jobs.step = self.views  # type: ignore[attr-defined]
         self.watcher = SettingsWatcher(self.quotas.reload)
-        self.retention = retention.Retention(
+        self.retention_work = retention.Retention(
             committer=self.writer, store=self.store, counts=self.counts,
             namespaces=self.namespaces, metrics=self.metrics, config=lambda: self.config,
-        ).leader()  # fmt: skip
+        )  # fmt: skip
+        self.retention = self.retention_work.leader()
         self.metrics.per_daemon.add_role("retention", self.retention)
         self.usage = usage.Rollup(
             clock=clock, committer=self.writer, namespaces=self.namespaces,

@@ -42,6 +42,7 @@ from daemon.periodic import PeriodicScheduler
 from daemon.reload import decide
 from daemon.startup import StartupError
 from daemon.store.checkpointer import Checkpointer
+from daemon.store.pg_leader import AdvisoryRole
 from daemon.store.pg_notify import CrossDaemonDoorbell
 from daemon.store.pg_stats import JobStatistics
 from daemon.transport.http_server import serve_http
@@ -135,6 +136,8 @@ class Daemon:
                 membership = Membership(committer=core.writer, now_ms=core.clock.now_ms,
                                         set_share=core.door.set_share)  # fmt: skip
                 await root.start(membership.run)
+                leadership = AdvisoryRole(db.connect, "retention")
+                core.retention_work.leadership = leadership.hold
                 statistics = JobStatistics(db.pool)
                 core.writer.after_commit.append(lambda: statistics.committed(core.writer.writes))
                 await root.start(statistics.run)

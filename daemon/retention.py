@@ -32,7 +32,7 @@ import os
 import secrets
 import socket
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from actors import lifecycle as lc
@@ -53,6 +53,8 @@ log = logging.getLogger("sluicegate.retention")
 T = TypeVar("T")
 #: The lease lasts this many intervals.
 LEASE_TICKS = 3
+#: Later than every lease's term (a signed 64-bit integer: PostgreSQL's bigint).
+FOREVER = 2**63 - 1
 TTL_REASONS = {lc.COMPLETED: "ttl_completed", lc.DEAD: "ttl_dead"}
 CEILINGS = ((lc.COMPLETED, "max_archived_rows"), (lc.DEAD, "max_dead_rows"))
 
@@ -91,6 +93,9 @@ class Retention:
         self._config = config
         self.holder = holder or new_holder()
         self.held = False
+        #: PostgreSQL: the role's advisory lock (daemon.store.pg_leader). While it
+        #: is held the lease row is taken whoever had it: it only says who leads.
+        self.leadership: Callable[[], Awaitable[bool]] | None = None
         #: Namespaces skipped because their quota cannot be read, and why (warned once).
         self.skipped: dict[str, str] = {}
         #: What the last tick deleted: (namespace, reason) -> rows.
@@ -110,6 +115,9 @@ class Retention:
                 await self._write(self._release)
             return False
         deleted: Counter[tuple[str, str]] = Counter()
+        if self.leadership is not None and not await self.leadership():
+            self.held = False
+            return False
         try:
             self.held = await self._write(self._renew)
             if not self.held:
@@ -140,7 +148,9 @@ class Retention:
 
     def _renew(self, tx: Tx) -> bool:
         expires = tx.now_ms + LEASE_TICKS * self._config().retention.interval
-        return tx.store.retention.hold_lease(RETENTION, self.holder, tx.now_ms, expires)
+        # Holding the advisory lock, the row is ours whoever's term it shows.
+        lapsed_before = tx.now_ms if self.leadership is None else FOREVER
+        return tx.store.retention.hold_lease(RETENTION, self.holder, lapsed_before, expires)
 
     def _release(self, tx: Tx) -> None:
         tx.store.retention.release_lease(RETENTION, self.holder)

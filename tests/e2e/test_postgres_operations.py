@@ -94,3 +94,50 @@ def test_per_daemon_metrics_carry_the_daemon_label(pair):
         with daemon.http() as http:
             assert SECRET not in http.get("/metrics").text
         assert SECRET not in daemon.log_text()
+
+
+def test_a_killed_leader_s_role_is_taken_before_its_lease_would_lapse(tmp_path, pg_dsn):
+    """The retention role is a session advisory lock on PostgreSQL
+    (daemon.store.pg_leader): ``kill -9`` of its holder closes the connection, the
+    server releases the lock, and the other daemon takes the role at its next
+    tick, before the lease row of the dead leader would have lapsed (three
+    ticks): the row only says who leads."""
+    extra = '[retention]\ninterval = "1s"\n'
+    daemons = {}
+    try:
+        for name in ("alpha", "beta"):
+            workdir = tmp_path / name
+            workdir.mkdir()
+            daemons[name] = DaemonProcess(
+                workdir, f'database = "{pg_dsn}"\nname = "{name}"\n{extra}'
+            )
+            daemons[name].dsn = pg_dsn
+            daemons[name].start(timeout=30)
+        alpha = daemons["alpha"]
+
+        def lease() -> tuple[str, int] | None:
+            rows = alpha.sql("SELECT holder, expires_at FROM leader WHERE role = 'retention'")
+            return (rows[0][0], rows[0][1]) if rows else None
+
+        alive = dict(daemons)
+
+        def leading() -> list[str]:
+            gauge = "sluicegate_leader"
+            return [n for n, d in alive.items()
+                    if metric(d.metrics(), gauge, role="retention", daemon=n) == 1]  # fmt: skip
+
+        wait_until(lambda: len(leading()) == 1 and lease() is not None, what="a leader")
+        (leader,) = leading()
+        follower = "beta" if leader == "alpha" else "alpha"
+        holder, expires_at = lease()
+        daemons[leader].kill()  # SIGKILL: no goodbye, its lease row stays
+        del alive[leader]
+        wait_until(lambda: lease() is not None and lease()[0] != holder, timeout=15,
+                   what="the role taken over")  # fmt: skip
+        _new, new_expires = lease()
+        taken_at = new_expires - 3 * 1000  # the follower's renewal: its lease is three ticks
+        assert taken_at < expires_at  # before the dead leader's lease lapsed
+        wait_until(lambda: leading() == [follower], what="the follower leading")
+    finally:
+        for daemon in daemons.values():
+            daemon.cleanup()
