@@ -32,6 +32,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ from typing import Any
 import orjson
 from clients import QUEUE, Report, Shared, batch_worker, producer, single_client
 from harness import ROOT, BenchDaemon, lag_source
+from pg_database import fresh_database, queue_counts
 
 PHASES = ("batched", "single")
 
@@ -107,35 +109,48 @@ def run_phase(phase: str, synchronous: str, args: argparse.Namespace, http: bool
     else:
         total = args.single_jobs
         specs = [(single_client, (n, first)) for n, first in split(total, args.clients)]
-    result = PhaseResult(phase, synchronous, total)
+    label = synchronous if args.store == "sqlite" else f"pg-{args.daemons}d"
+    result = PhaseResult(phase, label, total)
     shared = Shared(ctx.Barrier(len(specs) + 1), ctx.Event(), ctx.Value("q", 0), ctx.Queue())
-    tag = f"{phase}-{synchronous}"
+    tag = f"{phase}-{label}"
     profile_dir = Path(args.profile_dir) if args.profile_dir else None
-    with BenchDaemon(
-        synchronous,
-        http=http,
-        cprofile=profile_dir / f"{tag}.prof" if profile_dir and args.cprofile else None,
-        py_spy=profile_dir / f"{tag}.txt" if profile_dir and args.py_spy else None,
-        source=args.source,
-    ) as daemon:
-        socket_path = str(daemon.socket)
-        procs = [ctx.Process(target=fn, args=(socket_path, *fn_args, shared), daemon=True)
-                 for fn, fn_args in specs]  # fmt: skip
+    with ExitStack() as stack:
+        extra = dsn = ""
+        if args.store == "postgres":  # a database of its own, shared by --daemons daemons
+            dsn = stack.enter_context(fresh_database())
+            extra = f'database = "{dsn}"\n'
+        profiled = profile_dir is not None  # the first daemon only
+        daemons = [stack.enter_context(BenchDaemon(
+            synchronous,
+            http=http,
+            extra_config=extra,
+            cprofile=profile_dir / f"{tag}.prof" if profiled and args.cprofile and not i else None,
+            py_spy=profile_dir / f"{tag}.txt" if profiled and args.py_spy and not i else None,
+            source=args.source,
+        )) for i in range(args.daemons)]  # fmt: skip
+        # Clients are spread over the daemons, as a producer fleet would be.
+        procs = [ctx.Process(target=fn, args=(str(daemons[i % len(daemons)].socket), *fn_args,
+                                               shared), daemon=True)
+                 for i, (fn, fn_args) in enumerate(specs)]  # fmt: skip
         for proc in procs:
             proc.start()
-        daemon.start()
-        print(f"  {tag}: daemon pid {daemon.pid}, {len(procs)} client processes",
+        for daemon in daemons:
+            daemon.start()
+        print(f"  {tag}: daemon pids {[d.pid for d in daemons]}, {len(procs)} client processes",
               file=sys.stderr, flush=True)  # fmt: skip
-        cpu0 = daemon.cpu_seconds()
+        cpu0 = sum(d.cpu_seconds() for d in daemons)
         shared.barrier.wait(timeout=120)
         reports = _collect(procs, shared, args.stall_timeout, result)
-        cpu1 = daemon.cpu_seconds()
-        daemon.stop_py_spy()
-        status = daemon.status()
-        result.loop_lag = daemon.loop_lag(status)
-        code = daemon.stop()
-        if code != 0:
-            result.problems.append(f"daemon exited {code} on SIGTERM")
+        cpu1 = sum(d.cpu_seconds() for d in daemons)
+        daemons[0].stop_py_spy()
+        status = daemons[0].status()
+        if dsn:  # each daemon counts its own moves: the database has them all
+            status["queues"] = [{"queue": QUEUE, **queue_counts(dsn, QUEUE)}]
+        result.loop_lag = daemons[0].loop_lag(status)
+        for daemon in daemons:
+            code = daemon.stop()
+            if code != 0:
+                result.problems.append(f"daemon exited {code} on SIGTERM")
     for proc in procs:
         proc.join(5)
     _figures(result, reports, status, cpu1 - cpu0)
@@ -327,6 +342,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--py-spy", action="store_true", help="py-spy record (raw) the daemon")
     p.add_argument("--source", type=Path, help="run daemon/ and actors/ from this tree instead")
     p.add_argument("--json", help="also write the results as JSON to this file")
+    p.add_argument(
+        "--store",
+        choices=("sqlite", "postgres"),
+        default="sqlite",
+        help="postgres: a fresh database each phase (SLUICEGATE_BENCH_POSTGRES)",
+    )
+    p.add_argument(
+        "--daemons",
+        type=int,
+        default=1,
+        help="daemons sharing the store (postgres); clients spread over them",
+    )
     args = p.parse_args(argv)
     if args.jobs is None:
         args.jobs = 10_000 if args.quick else 100_000
