@@ -81,7 +81,7 @@ async def _drive(path: Path) -> None:
                                   budgets=[{"key": "pool", "cost": 1}])  # fmt: skip
             await enqueue_job(core, budgets=[{"key": "drip", "cost": 2}], priority=5)
             await enqueue_job(core, unique_key="u1", payload=None)
-            await trio.sleep(150)  # the periodic entry fires; the roll-up runs
+            await trio.sleep(150)  # virtual time (autojump_clock): a periodic fire, a roll-up
             await enqueue_job(core, delay_ms=86_400_000, payload={"later": True})
             claimed = await claim_jobs(core, max=5)
             done, failed = claimed[:2]
