@@ -52,15 +52,24 @@ class Doorbell:
 
     def reopened(self, key: QueueKey) -> None:
         """``key``'s policy admits claims again: ring once for what waits."""
+        self._tell_others(key)
         n = self.claimable(key)
         if n > 0:
             self._router.ring(key, n, pending=n, edge=True)
+
+    def _tell_others(self, key: QueueKey) -> None:
+        """Room opened on ``key`` (a slot, a window): other daemons' waiting claims
+        look again. Their jobs are not in this daemon's counts, so the ring says
+        one, whatever this daemon counts; their own admission decides."""
+        if self.remote is not None:
+            self.remote(key, 1)
 
     def wake_namespace(self, namespace: str) -> None:
         """Ring every queue of ``namespace`` that has claimable jobs (a freed slot,
         a raised limit)."""
         for queue in self._counts.queues_of(namespace):
             key = (namespace, queue)
+            self._tell_others(key)
             n = self.claimable(key)
             if n > 0:
                 self._router.ring(key, n, pending=n, edge=False)
