@@ -119,7 +119,8 @@ class ClusterSync:
         self._committer.submit(lambda _tx: None, lambda _r, _e: self._synced())
 
     def heard(self, _at_ms: int) -> None:
-        """Told of a change elsewhere: look again (one empty write, coalesced)."""
+        """The cross-daemon doorbell's timer method: a notice of kind "limits"
+        (no daemon sends one today; rings wake claims) looks again like a refresh."""
         self.refresh()
 
     def _synced(self) -> None:
