@@ -168,16 +168,6 @@ class Budget:
     # -- reading -------------------------------------------------------------------
 
     @property
-    def bound_jobs(self) -> int:
-        """How many unfinished jobs are bound to this budget."""
-        return sum(self.bound.values())
-
-    @property
-    def max_bound_cost(self) -> int:
-        """The largest cost an unfinished bound job draws (0 if none)."""
-        return max(self.bound, default=0)
-
-    @property
     def reserved_cost(self) -> int:
         """Tokens promised to released jobs not yet claimed."""
         return sum(self.reserved.values())

@@ -165,7 +165,7 @@ class Core:
             )  # fmt: skip
             self.writer.begun.append(self.cluster.begin)
             self.writer.pending.append(self.cluster)
-            self.budget_gate.save_credits = True
+            self.budget_gate.shared = True
             self.quotas.save_rates = True
         self.recover()
 

@@ -136,8 +136,8 @@ class Daemon:
                 membership = Membership(committer=core.writer, now_ms=core.clock.now_ms,
                                         set_share=core.door.set_share)  # fmt: skip
                 await root.start(membership.run)
-                leadership = AdvisoryRole(db.connect, "retention")
-                core.retention_work.leadership = leadership.hold
+                core.retention_work.leadership = AdvisoryRole(db.connect, "retention").hold
+                core.usage.leadership = AdvisoryRole(db.connect, "rollup").hold
                 statistics = JobStatistics(db.pool)
                 core.writer.after_commit.append(lambda: statistics.committed(core.writer.writes))
                 await root.start(statistics.run)

@@ -113,10 +113,13 @@ class Retention:
         if not self._config().daemon.maintenance:
             if self.held:
                 await self._write(self._release)
+            if self.leadership is not None:  # the leader's measurements still bind
+                await self._follow()
             return False
         deleted: Counter[tuple[str, str]] = Counter()
         if self.leadership is not None and not await self.leadership():
             self.held = False
+            await self._follow()
             return False
         try:
             self.held = await self._write(self._renew)
@@ -125,10 +128,12 @@ class Retention:
             queues = await self._ttl_sweeps(deleted)
             await self._ceilings(deleted)
             # After the deletions, so the figure is what stays (seed 001's storage quota).
-            await usage.measure_retained(
+            retained = await usage.measure_retained(
                 queues, store=self._store, namespaces=self._namespaces,
                 batch=self._config().retention.batch,
             )  # fmt: skip
+            if self.leadership is not None and retained:  # for the daemons that follow
+                await self._write(lambda tx: tx.store.epoch.save_retained(retained, tx.now_ms))
         except _LeaseLost:
             self.held = False
             log.info("retention: the lease was taken over; this daemon stops sweeping")
@@ -140,6 +145,16 @@ class Retention:
             parts = ", ".join(f"{ns} {reason} {n}" for (ns, reason), n in sorted(deleted.items()))
             log.info("retention deleted %d rows: %s", sum(deleted.values()), parts)
         return self.held
+
+    async def _follow(self) -> None:
+        """Another daemon leads: block on the retained bytes it measured."""
+        try:
+            retained = await self._write(lambda tx: tx.store.epoch.retained())
+        except Refused as exc:  # the store away: the decisions stand
+            if exc.code != "shutting_down":
+                log.error("retention: reading the leader's measurements failed: %s", exc.message)
+            return
+        usage.apply_retained(retained, self._namespaces)
 
     # -- the lease -----------------------------------------------------------------
 

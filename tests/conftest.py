@@ -39,6 +39,9 @@ DAEMON_FIXTURES = frozenset({"daemon", "make_daemon", "module_daemon"})
 #: Fixtures that need a PostgreSQL server: a test using any of them is ``postgres``.
 POSTGRES_FIXTURES = frozenset({"postgres_server", "pg_dsn"})
 
+#: The stores a test's daemons may run on (``daemon_store``).
+STORES = ("sqlite", "postgres")
+
 #: Audit events of a new process (``os.system`` and the ``os.spawn*``/``posix_spawn``
 #: family as well as ``subprocess``).
 _SPAWN_EVENTS = frozenset({"subprocess.Popen", "os.system", "os.posix_spawn", "os.spawn"})
@@ -185,14 +188,47 @@ def pg_dsn(postgres_server: postgres.Server) -> Iterator[str]:
         yield dsn
 
 
-@pytest.fixture(autouse=True)
-def _daemons_on_postgres(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``SLUICEGATE_TEST_STORE=postgres``: every daemon a test starts runs on a
-    fresh PostgreSQL database of its own (``pg_dsn``) instead of SQLite, unless
-    the test names a database (``tests/support.py``, ``SLUICEGATE_TEST_DATABASE``).
-    Off by default: the end-to-end suite on both stores is not yet the
-    default run (docs/scaling.md)."""
-    if os.environ.get("SLUICEGATE_TEST_STORE") == "postgres" and request.node.get_closest_marker(
-        "e2e"
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """The end-to-end suite (``tests/e2e``) runs on both stores: each of its tests
+    is parametrized over ``daemon_store`` = ``sqlite`` and ``postgres`` (the latter
+    marked ``postgres``: it skips without a server, and fails so under ``CI=true``).
+
+    Not parametrized: tests that choose their own database (``pg_dsn``,
+    ``postgres_server``: the PostgreSQL-only tests), and tests marked
+    ``sqlite_only`` (SQLite's file, WAL and filesystem; their names say
+    ``sqlite``). ``SLUICEGATE_TEST_STORE=sqlite`` or ``=postgres`` runs one store
+    only, and with ``=postgres`` every other test that starts a daemon (the CLI,
+    the SDK, the board, systemd) runs on PostgreSQL too.
+    """
+    if "daemon_store" not in metafunc.fixturenames:
+        return
+    definition = metafunc.definition
+    if POSTGRES_FIXTURES.intersection(metafunc.fixturenames) or definition.get_closest_marker(
+        "postgres"
     ):
+        return
+    chosen = os.environ.get("SLUICEGATE_TEST_STORE")
+    if chosen in STORES:
+        stores = [chosen]
+    elif "tests/e2e/" in definition.nodeid.replace(os.sep, "/"):
+        stores = list(STORES)
+    else:
+        return  # SQLite: the fixture's default
+    if definition.get_closest_marker("sqlite_only") is not None and stores != ["sqlite"]:
+        stores = ["sqlite"] if "sqlite" in stores else []
+    skip = pytest.mark.skip(reason="SQLite only (SLUICEGATE_TEST_STORE=postgres)")
+    metafunc.parametrize("daemon_store", [
+        pytest.param(s, marks=pytest.mark.postgres) if s == "postgres" else s for s in stores
+    ] or [pytest.param("sqlite", marks=skip)])  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def daemon_store(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The store the test's daemons run on (see :func:`pytest_generate_tests`):
+    ``postgres`` gives each test a fresh database of its own (``pg_dsn``), which
+    every daemon it starts uses unless the test names a database
+    (``tests/support.py``, ``SLUICEGATE_TEST_DATABASE``)."""
+    store = getattr(request, "param", "sqlite")
+    if store == "postgres":
         monkeypatch.setenv("SLUICEGATE_TEST_DATABASE", request.getfixturevalue("pg_dsn"))
+    return store

@@ -271,11 +271,9 @@ def sluice(
     )
 
 
-#: Marks a test that holds on SQLite only (SLUICEGATE_TEST_STORE=postgres skips it).
-sqlite_only = pytest.mark.skipif(
-    os.environ.get("SLUICEGATE_TEST_STORE") == "postgres",
-    reason="SQLite only: its file, WAL and filesystem (PostgreSQL's outage is tested apart)",
-)
+#: Marks a test that holds on SQLite only (its file, WAL and filesystem; PostgreSQL's
+#: outage is tested apart): it runs on SQLite alone (tests/conftest.py).
+sqlite_only = pytest.mark.sqlite_only
 
 
 def wait_until(predicate: Any, timeout: float = 10, interval: float = 0.01, what: str = "") -> Any:

@@ -67,9 +67,11 @@ class BudgetGate(BudgetAnswers):
         self.parked_by_queue: dict[QueueKey, dict[str, int]] = {}
         #: Budgets with parked jobs: what the waker looks at.
         self.waiting: set[QueueKey] = set()
-        #: Credits are written with the pool (several daemons read pools back,
-        #: daemon.admission.cluster); one daemon alone recovers them at start.
-        self.save_credits = False
+        #: Other daemons share the store (daemon.admission.cluster): credits are
+        #: written with the pool, since they read pools back (one daemon alone
+        #: recovers them at start), and bound jobs are counted in the store,
+        #: since memory counts only the jobs this daemon saw bound.
+        self.shared = False
         self.waker = DueActor(
             clock, Due(self.earliest, lambda _now: committer.write(self.release_due))
         )
@@ -247,13 +249,19 @@ class BudgetGate(BudgetAnswers):
         if source == lc.RUNNING and target != lc.RUNNING:
             for budget, cost in resolved:
                 tx.undo(budget.credit(job_id, cost))
-                if self.save_credits:
+                if self.shared:
                     _save_pool(tx, budget)
             tx.after(lambda: [self._wake(b) for b, _c in resolved])
         was, now = source in UNFINISHED, target in UNFINISHED
         if was != now:
             for budget, cost in resolved:
                 _change_bound(tx, budget, cost, 1 if now else -1)
+
+    def bound(self, tx: Tx, budget: Budget) -> dict[int, int]:
+        """The unfinished jobs bound to ``budget`` as cost -> jobs, every daemon's."""
+        if self.shared:
+            return tx.store.budgets.bound(budget.namespace, budget.key)
+        return budget.bound
 
     def check_payable(self, row: JobRow) -> None:
         """Before a dead job comes back: ``conflict`` if a budget of it is gone or

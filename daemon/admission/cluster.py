@@ -22,11 +22,16 @@ configured and what runs, never the backlog:
 
 - jobs running per queue (policies' ``max_in_flight``, quotas' ``max_running``);
 - budgets: settings and pools (tokens as of an instant, cost in flight; credits
-  are saved too, see ``BudgetGate.save_credits``), budgets made or removed
+  are saved too, see ``BudgetGate.shared``), budgets made or removed
   elsewhere, and whether jobs are parked on each;
 - queue policies: definitions and the current window's usage;
 - quotas: ``enqueue_rate`` pools (written with each debit), and for namespaces
   with ``max_pending`` their waiting jobs, counted (bounded by the quota).
+
+The other queue counts (pending, scheduled, finished: what ``status``, the
+metrics and the board show) are counted again every few seconds
+(:meth:`ClusterSync.refresh`), a cost that follows the table, off the claim's
+path.
 
 ``locked=False`` is the unsafe design kept for the test that proves the lock is
 needed: every transaction reads the state back, without the lock.
@@ -44,7 +49,7 @@ from actors.counts import QueueCounts
 from daemon.admission.budget_gate import BudgetGate
 from daemon.admission.policies import Policies
 from daemon.admission.quotas import Quotas
-from daemon.store.interface import Committer, Store
+from daemon.store.interface import Committer, Store, Tx
 
 log = logging.getLogger("sluicegate.cluster")
 #: Set to 1 in a test only: decide from an unlocked read (the over-admitting design).
@@ -112,11 +117,20 @@ class ClusterSync:
     def refresh(self) -> None:
         """Every few seconds (daemon.store.pg_notify): a daemon with no writes of
         its own still reads the state back, so work parked by a daemon that died,
-        or freed by another, is released here too."""
-        if self._syncing or not (self._budgets or self._policies.states):
+        or freed by another, is released here too; and the queue counts of every
+        state (``status``, metrics, the board) are counted again, since between
+        recounts each daemon sees only its own moves (running jobs excepted:
+        they are read back at every reload)."""
+        if self._syncing:
             return
         self._syncing = True
-        self._committer.submit(lambda _tx: None, lambda _r, _e: self._synced())
+        self._committer.submit(self._recount, lambda _r, _e: self._synced())
+
+    def _recount(self, tx: Tx) -> None:
+        # Inside the transaction, under the epoch lock: the count sees every
+        # commit, and this daemon's own writes of the same transaction, whose
+        # undo (should it roll back) takes them out again.
+        self._counts.load(tx.store.jobs.state_counts())
 
     def heard(self, _at_ms: int) -> None:
         """The cross-daemon doorbell's timer method: a notice of kind "limits"

@@ -10,10 +10,13 @@ every :data:`HEARTBEAT_S`; one silent for :data:`LAPSE_HEARTBEATS` heartbeats
 is forgotten, and the others take its share at their next heartbeat.
 
 Joining is the one moment two views of n differ: the daemons already running
-still use 1/(n-1) until their next heartbeat. A joining daemon therefore takes
-no share (its door-limited requests are answered ``rate_limited``) until one
-heartbeat interval and a half after it registered, by which time every other
-daemon has counted it. A leaving daemon removes its row on a clean stop.
+still use 1/(n-1) until their next heartbeat. A joining daemon that finds
+others live therefore takes no share (its door-limited requests are answered
+``rate_limited``) until one heartbeat interval and a half after it registered,
+by which time every other daemon has counted it. One that finds none takes the
+whole limit at once: no other daemon holds a share, and one registering after
+it sees it and waits (registrations commit one at a time, under the epoch
+lock). A leaving daemon removes its row on a clean stop.
 
 The shortfall, by design: a daemon's share is unused while its clients are
 quiet, so a namespace sending all its requests through one of n daemons gets
@@ -54,11 +57,13 @@ class Membership:
         self.members = 0
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Register, hold no share for a heartbeat and a half, then heartbeat until
-        cancelled; leave on the way out."""
+        """Register, hold no share for a heartbeat and a half if others are live,
+        then heartbeat until cancelled; leave on the way out."""
         self._set_share(0.0)
         lapse_ms = int(HEARTBEAT_S * LAPSE_HEARTBEATS * 1000)
         await self._beat(lapse_ms, share=False)
+        if self.members == 1:  # alone: nobody else holds a share to overlap with
+            self._set_share(1.0)
         task_status.started()
         try:
             await trio.sleep(HEARTBEAT_S * 1.5)

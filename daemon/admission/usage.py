@@ -10,18 +10,21 @@
   lifts on time): rolls minutes into days, prunes old minutes
   (``daemon.usage_keep_days``) and days (:data:`KEEP_DAYS`), counts each
   namespace's jobs this UTC month, and announces the monthly levels reached
-  (once per namespace and month, rising only: log, audit, metric). Every
-  daemon sharing the store ticks; the roll-up is idempotent and a level is
-  announced by whichever daemon records it first.
+  (once per namespace and month, rising only: log, audit, metric). On
+  PostgreSQL the roll-up is a role (``leadership``: an advisory lock, one
+  daemon at a time); every other daemon's tick reads the month's totals for
+  its own door and writes nothing.
 - **Retained bytes** (:func:`measure_retained`), by the retention leader each
   tick, for namespaces with ``max_retained_bytes`` only: the bytes of the
-  payload, result and error texts of all their rows, any state.
+  payload, result and error texts of all their rows, any state. Daemons
+  sharing PostgreSQL read the leader's figures back (:func:`apply_retained`)
+  at their own retention tick, so every daemon blocks on them.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import trio
@@ -80,6 +83,9 @@ class Rollup:
         config: Callable[[], Config],
     ) -> None:
         """``config``: the live config (a reload applies at the next tick)."""
+        #: PostgreSQL: the roll-up role's advisory lock (daemon.store.pg_leader);
+        #: a daemon that does not hold it only reads the month's totals.
+        self.leadership: Callable[[], Awaitable[bool]] | None = None
         self._clock = clock
         self._committer = committer
         self._namespaces = namespaces
@@ -95,8 +101,9 @@ class Rollup:
         return min(started_ms + self._config().daemon.rollup_interval, month_end)
 
     async def tick(self) -> None:
+        leads = self.leadership is None or await self.leadership()
         try:
-            await self._committer.write(self._roll)
+            await self._committer.write(self._roll if leads else self._follow)
         except Refused as exc:  # a store error, or shutting down: the decisions stand
             if exc.code != "shutting_down":
                 log.error("usage roll-up failed: %s", exc.message)
@@ -127,9 +134,7 @@ class Rollup:
             announced += [(actor.namespace, level, used, quota) for level in levels]
 
         def effect() -> None:
-            for namespace in {*totals, *(a.namespace for a in namespaces.known())}:
-                used = totals.get(namespace, 0)
-                namespaces.get(namespace).monthly = MonthlyUse(month, used, end)
+            self._set_monthly(totals, month, end)
             for namespace, level, used, quota in announced:
                 log.log(
                     logging.WARNING if level >= 100 else logging.INFO,
@@ -140,12 +145,24 @@ class Rollup:
 
         tx.after(effect)
 
+    def _follow(self, tx: Tx) -> None:
+        """Another daemon rolls up: read this month's totals for the door."""
+        month, start, end = month_of(tx.now_ms)
+        totals = tx.store.usage.month_totals(start, end)
+        tx.after(lambda: self._set_monthly(totals, month, end))
+
+    def _set_monthly(self, totals: dict[str, int], month: str, end: int) -> None:
+        namespaces = self._namespaces
+        for namespace in {*totals, *(a.namespace for a in namespaces.known())}:
+            namespaces.get(namespace).monthly = MonthlyUse(month, totals.get(namespace, 0), end)
+
 
 async def measure_retained(
     queues: list[tuple[str, str]], *, store: Store, namespaces: Namespaces, batch: int
-) -> None:
+) -> dict[str, int]:
     """Measure the retained bytes of each namespace with ``max_retained_bytes`` over
-    ``queues`` (every queue in the store), and update its storage block.
+    ``queues`` (every queue in the store), update its storage block, and return
+    the figures (namespace -> bytes).
 
     Reads go window by window (``batch`` rows: ``retention.batch``), letting the
     loop run between them. Namespaces without the limit are not read; their block
@@ -154,11 +171,9 @@ async def measure_retained(
     per_namespace: dict[str, list[str]] = {}
     for namespace, queue in queues:
         per_namespace.setdefault(namespace, []).append(queue)
+    totals: dict[str, int] = {}
     for actor in namespaces.known():
-        quota = actor.quota
-        cap = quota.max_retained_bytes if quota is not None else None
-        if cap is None:
-            actor.storage.measure(None, None, None)
+        if actor.quota is None or actor.quota.max_retained_bytes is None:
             continue
         total = 0
         for queue in per_namespace.get(actor.namespace, []):
@@ -170,11 +185,25 @@ async def measure_retained(
                     break
                 after = last
                 await trio.lowlevel.checkpoint()  # other requests run between windows
-        assert quota is not None
-        if actor.storage.measure(total, quota.max_retained_bytes, quota.retained_release_band):
+        totals[actor.namespace] = total
+    apply_retained(totals, namespaces)
+    return totals
+
+
+def apply_retained(totals: dict[str, int], namespaces: Namespaces) -> None:
+    """Set each namespace's storage block from measured ``totals`` (namespace ->
+    bytes; one missing: no measurement, the decision stands), logging a change."""
+    for actor in namespaces.known():
+        quota = actor.quota
+        cap = quota.max_retained_bytes if quota is not None else None
+        if quota is None or cap is None:
+            actor.storage.measure(None, None, None)
+            continue
+        total = totals.get(actor.namespace)
+        if actor.storage.measure(total, cap, quota.retained_release_band):
             held = actor.storage.held
             log.log(
                 logging.WARNING if held else logging.INFO,
-                "limits namespace=%s limit=max_retained_bytes %s retained_bytes=%d max=%d",
+                "limits namespace=%s limit=max_retained_bytes %s retained_bytes=%s max=%d",
                 actor.namespace, "blocks" if held else "releases", total, cap,
             )  # fmt: skip

@@ -7,6 +7,7 @@ from typing import Any
 
 import orjson
 
+from actors.bindings import bindings
 from actors.budget import BudgetSpec, PoolState, Strategy, TokenPool
 from actors.budgets import Budget
 
@@ -51,6 +52,21 @@ def save(
         (namespace, key, allocation, orjson.dumps(strategy).decode(), created_at, updated_at,
          units, as_of_ms, in_flight, source),
     )  # fmt: skip
+
+
+def bound(conn: sqlite3.Connection, namespace: str, key: str) -> dict[int, int]:
+    """The unfinished jobs of ``namespace`` bound to budget ``key``, as a multiset
+    cost -> jobs (``ix_jobs_bound``: it reads the namespace's bound jobs only)."""
+    costs: dict[int, int] = {}
+    for (text,) in conn.execute(
+        "SELECT budgets FROM jobs INDEXED BY ix_jobs_bound WHERE namespace = ? "
+        "AND budgets IS NOT NULL AND state IN ('scheduled', 'pending', 'running')",
+        (namespace,),
+    ):
+        for bound_key, cost in bindings(text):
+            if bound_key == key:
+                costs[cost] = costs.get(cost, 0) + 1
+    return costs
 
 
 def save_pool(conn: sqlite3.Connection, namespace: str, key: str, state: PoolState) -> None:

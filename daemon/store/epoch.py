@@ -80,33 +80,51 @@ def leave(conn: sqlite3.Connection, daemon: str) -> None:
     conn.execute("DELETE FROM members WHERE daemon = ?", (daemon,))
 
 
-#: Settings keys of the namespaces' ``enqueue_rate`` pools (several daemons):
-#: under the reserved ``quota:`` prefix, so no settings listing shows them, and
-#: no quota document is read from them (daemon.store.families.namespace_of).
+#: Settings keys of figures the daemons share per namespace: ``enqueue_rate``
+#: pools and the retention leader's retained bytes. Under the reserved
+#: ``quota:`` prefix, so no settings listing shows them, and no quota document is
+#: read from them (daemon.store.families.namespace_of).
 RATE_PREFIX = "quota:rate:"
+RETAINED_PREFIX = "quota:retained:"
+
+
+def _shared(conn: sqlite3.Connection, prefix: str) -> list[tuple[str, Any]]:
+    """(namespace, decoded value) of every settings row under ``prefix``."""
+    rows = conn.execute(
+        "SELECT key, value FROM settings WHERE key >= ? AND key < ?",
+        (prefix, prefix[:-1] + ";"),  # ";" follows ":": the prefix's range
+    ).fetchall()
+    return [(key[len(prefix) :], orjson.loads(value)) for key, value in rows]
+
+
+def _share(conn: sqlite3.Connection, prefix: str, namespace: str, value: Any, now: int) -> None:
+    conn.execute(
+        "INSERT INTO settings (key, value, updated_at) VALUES (?, ?, ?) "
+        "ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
+        (prefix + namespace, orjson.dumps(value).decode(), now),
+    )
 
 
 def rates(conn: sqlite3.Connection) -> list[tuple[str, tuple[int, int, int]]]:
     """(namespace, pool state) of every stored ``enqueue_rate`` pool."""
-    rows = conn.execute(
-        "SELECT key, value FROM settings WHERE key >= ? AND key < ?",
-        (RATE_PREFIX, RATE_PREFIX[:-1] + ";"),  # ";" follows ":": the prefix's range
-    ).fetchall()
-    out = []
-    for key, value in rows:
-        units, as_of, in_flight = orjson.loads(value)
-        out.append((key[len(RATE_PREFIX) :], (int(units), int(as_of), int(in_flight))))
-    return out
+    return [(ns, (int(u), int(a), int(f))) for ns, (u, a, f) in _shared(conn, RATE_PREFIX)]
 
 
 def save_rate(conn: sqlite3.Connection, namespace: str, state: tuple[int, int, int],
               now: int) -> None:  # fmt: skip
     """Write a namespace's ``enqueue_rate`` pool, in the enqueue's transaction."""
-    conn.execute(
-        "INSERT INTO settings (key, value, updated_at) VALUES (?, ?, ?) "
-        "ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
-        (RATE_PREFIX + namespace, orjson.dumps(list(state)).decode(), now),
-    )
+    _share(conn, RATE_PREFIX, namespace, list(state), now)
+
+
+def retained(conn: sqlite3.Connection) -> dict[str, int]:
+    """The retention leader's last retained bytes per namespace."""
+    return {ns: int(total) for ns, total in _shared(conn, RETAINED_PREFIX)}
+
+
+def save_retained(conn: sqlite3.Connection, totals: dict[str, int], now: int) -> None:
+    """Write the retained bytes the leader measured (namespace -> bytes)."""
+    for namespace, total in totals.items():
+        _share(conn, RETAINED_PREFIX, namespace, total, now)
 
 
 def waiting(conn: sqlite3.Connection, namespace: str) -> int:

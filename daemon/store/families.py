@@ -79,6 +79,9 @@ class BudgetStore(Protocol):
     def count(self) -> int:
         """How many budgets, all namespaces together."""
 
+    def bound(self, namespace: str, key: str) -> dict[int, int]:
+        """Unfinished jobs bound to one budget, as cost -> jobs."""
+
     def delete(self, namespace: str, key: str) -> None:
         """Remove one budget."""
 
@@ -220,6 +223,12 @@ class EpochStore(Protocol):
 
     def save_rate(self, namespace: str, state: tuple[int, int, int], now: int) -> None:
         """Write a namespace's ``enqueue_rate`` pool."""
+
+    def retained(self) -> dict[str, int]:
+        """The retention leader's last retained bytes per namespace."""
+
+    def save_retained(self, totals: dict[str, int], now: int) -> None:
+        """Write the retained bytes the leader measured."""
 
     def waiting(self, namespace: str) -> int:
         """A namespace's scheduled and pending jobs."""

@@ -137,11 +137,12 @@ def create_budget(
 def _update(
     core: Services, tx: Tx, actor: str, budget: Budget, spec: BudgetSpec, source: str = "api"
 ) -> Budget:
-    if budget.bound and spec.max_cost() < budget.max_bound_cost:
+    bound = core.budget_gate.bound(tx, budget)
+    if bound and spec.max_cost() < max(bound):
         raise invalid(
             "allocation",
             f"budget {budget.key!r} cannot allocate {spec.max_cost()}: "
-            f"{_jobs(budget.bound_jobs)} draw up to {budget.max_bound_cost} from it. "
+            f"{_jobs(sum(bound.values()))} draw up to {max(bound)} from it. "
             "Raise the allocation, delete them, or wait for them to drain.",
         )
     before = budget.to_wire(tx.now_ms)
@@ -254,10 +255,11 @@ def budget_delete(core: Services, call: Call, a: BudgetKeyArgs) -> Plan:
     def write(tx: Tx) -> dict[str, Any]:
         budget = _visible(core, call, a.key)
         _writable(budget)
-        if budget.bound:
+        bound = core.budget_gate.bound(tx, budget)
+        if bound:
             raise Refused(
                 "conflict",
-                f"budget {a.key!r} is referenced by {_jobs(budget.bound_jobs)}. "
+                f"budget {a.key!r} is referenced by {_jobs(sum(bound.values()))}. "
                 "Delete them or wait for them to finish before deleting it.",
             )
         tx.store.budgets.delete(call.namespace, a.key)

@@ -1,4 +1,6 @@
 """Issue 13, item 4: a full disk is an outage the daemon reports, not a bug.
+SQLite only: the full filesystem is the one under the database file; on
+PostgreSQL the server's outage is tests/e2e/test_postgres_outage.py.
 
 A real ``sluice serve`` keeps its state on a 20 MB tmpfs; a filler file takes
 the rest of it. Writes answer ``unavailable`` (with ``retry_after``), never
@@ -85,7 +87,9 @@ def _fill(directory: Path) -> Path:
     return filler
 
 
-def test_a_full_disk_answers_unavailable_and_recovers_without_a_restart(small_state, connect):
+def test_sqlite_only_a_full_disk_answers_unavailable_and_recovers_without_a_restart(
+    small_state, connect
+):
     daemon = small_state("20m")
     c = connect(daemon)
     first = c.ok("enqueue", queue="q", type="t", payload={"n": 1})["job"]["id"]
@@ -145,7 +149,7 @@ def test_a_full_disk_answers_unavailable_and_recovers_without_a_restart(small_st
     assert "the store writes again" in log, log
 
 
-def test_a_start_on_a_full_disk_is_one_line_naming_the_path_and_the_cause(small_state):
+def test_sqlite_only_a_start_on_a_full_disk_is_one_line_naming_the_path_and_the_cause(small_state):
     daemon = small_state("20m")
     assert daemon.stop() == 0
     filler = _fill(daemon.state)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support import metric, parse_metrics, wait_until
+from tests.support import metric, parse_metrics, sqlite_only, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -18,13 +18,16 @@ def test_healthz(daemon):
         expected = {"store": "sqlite", "reachable": True, "host": None,
                     "name": str(daemon.state.absolute() / "sluicegate.db")}  # fmt: skip
         assert r.json()["database"] == expected
-    else:  # SLUICEGATE_TEST_STORE=postgres (tests/e2e/test_postgres_operations.py)
+    else:  # the [postgres] run (tests/e2e/test_postgres_operations.py has more)
         assert r.json()["database"]["store"] == "postgresql"
 
 
-def test_the_per_daemon_metrics_carry_the_daemon_name(make_daemon, tmp_path):
-    """SQLite: the leader gauge (a lone daemon holds the retention lease), labelled
-    with ``[daemon] name``; no PostgreSQL pool or notice series."""
+@sqlite_only
+def test_sqlite_only_the_per_daemon_metrics_carry_the_daemon_name(make_daemon, tmp_path):
+    """SQLite only (it names its own database file; PostgreSQL's series are
+    tests/e2e/test_postgres_operations.py): the leader gauge (a lone daemon holds
+    the retention lease), labelled with ``[daemon] name``; no PostgreSQL pool or
+    notice series."""
     daemon = make_daemon(f'database = "{tmp_path / "own.db"}"\nname = "alpha"\n')
     leads = lambda: metric(daemon.metrics(), "sluicegate_leader",  # noqa: E731
                            role="retention", daemon="alpha")  # fmt: skip

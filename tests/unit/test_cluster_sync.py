@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import orjson
 import pytest
+import trio.testing
 
 from actors import lifecycle as lc
 from actors.counts import QueueCounts
@@ -27,7 +28,7 @@ def attach(core) -> ClusterSync:
     )  # fmt: skip
     core.writer.begun.append(sync.begin)
     core.writer.pending.append(sync)
-    core.budget_gate.save_credits = True
+    core.budget_gate.shared = True
     core.quotas.save_rates = True
     return sync
 
@@ -133,6 +134,43 @@ async def test_a_budget_made_elsewhere_is_known_after_the_reload(tmp_path, autoj
             core.conn.execute("UPDATE cluster_epoch SET epoch = epoch + 1")
         await enqueue_job(core)
         assert set(core.budgets) == {("default", "b")}
+
+
+async def test_jobs_bound_elsewhere_keep_their_budget_from_deletion_and_lowering(
+    tmp_path, autojump_clock
+):
+    async with running_core(tmp_path, timers=False) as core:
+        attach(core)
+        await call(core, "budget_create", key="gpu", allocation=4,
+                   strategy={"type": "while_in_flight"})  # fmt: skip
+        await enqueue_job(core, budgets=[{"key": "gpu", "cost": 3}])
+        await enqueue_job(core, budgets=[{"key": "gpu", "cost": 1}])
+        # As another daemon's jobs are to this one: in the store, not in memory.
+        core.budgets[("default", "gpu")].bound.clear()
+        with pytest.raises(Refused) as refused:
+            await call(core, "budget_delete", key="gpu")
+        assert refused.value.code == "conflict"
+        assert "referenced by 2 unfinished jobs" in refused.value.message
+        with pytest.raises(Refused) as refused:
+            await call(core, "budget_patch", key="gpu", allocation=2)
+        assert refused.value.code == "invalid_argument"
+        assert "draw up to 3 from it" in refused.value.message
+        await call(core, "budget_patch", key="gpu", allocation=3)  # every bound cost fits
+
+
+async def test_a_refresh_counts_the_queues_again_with_every_daemons_moves(tmp_path, autojump_clock):
+    async with running_core(tmp_path, timers=False) as core:
+        sync = attach(core)
+        for _ in range(3):
+            await enqueue_job(core)
+        await claim_jobs(core)
+        # As another daemon's moves are to this one: in the store, not in memory.
+        core.counts.remove(("default", "q"), lc.PENDING, 2)
+        assert (await call(core, "status"))["queues"][0]["pending"] == 0
+        sync.refresh()
+        await trio.testing.wait_all_tasks_blocked()
+        queue = (await call(core, "status"))["queues"][0]
+        assert (queue["pending"], queue["running"]) == (2, 1)
 
 
 def test_set_state_replaces_one_state_and_keeps_the_totals():

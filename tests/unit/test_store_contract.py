@@ -487,3 +487,22 @@ def test_counts_listing_and_dead_ids(store):
     assert jobs.dead_ids("ns", None, None, 10) == ["b", "c"]
     assert jobs.dead_ids("ns", "r", None, 10) == ["c"]
     assert jobs.dead_ids("ns", None, "b", 10) == ["c"]
+
+
+def test_bound_counts_the_unfinished_jobs_of_one_budget_by_cost(store):
+    gpu3 = '[{"key":"gpu","cost":3}]'
+    both = '[{"key":"cpu","cost":2},{"key":"gpu","cost":1}]'
+    _insert(
+        store,
+        _job("a", budgets=gpu3),
+        _job("b", lc.SCHEDULED, budgets=gpu3, ready_at=T + 60_000),
+        _job("c", budgets=both),
+        _job("d", lc.COMPLETED, budgets=gpu3, finished_at=T),  # finished: not bound
+        _job("e", budgets=gpu3, namespace="other"),  # another namespace's budget
+        _job("f"),  # unbound
+    )
+    _claim(store, limit=1)  # "a" runs: still bound
+    bound = store.write(lambda tx: tx.store.budgets.bound("ns", "gpu"))
+    assert bound == {3: 2, 1: 1}
+    assert store.write(lambda tx: tx.store.budgets.bound("ns", "cpu")) == {2: 1}
+    assert store.write(lambda tx: tx.store.budgets.bound("ns", "none")) == {}

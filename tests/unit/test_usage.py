@@ -275,3 +275,53 @@ async def test_no_measurement_keeps_the_block_and_storage_is_reported_before_mon
         core.config = _config()
         await _tick(core)  # measured 0: storage releases, the monthly block does not
         assert (await _refusal(core)).details["limit"] == "monthly_jobs_quota"
+
+
+# -- several daemons on one database: roles (PostgreSQL's advisory locks) ---------------
+
+
+async def _leads() -> bool:
+    return True
+
+
+async def _follows() -> bool:
+    return False
+
+
+async def test_a_daemon_without_the_roll_up_role_reads_the_totals_and_writes_nothing(
+    tmp_path, autojump_clock
+):
+    async with running_core(tmp_path, config=_config(), wall_start_ms=_ms(2026, 12, 5)) as core:
+        core.usage.leadership = _follows  # another daemon holds the role
+        await call(core, "quota_set", quota={"monthly_jobs_quota": 4})
+        await _enqueue(core, 4)
+        await _tick(core)
+        assert (await _refusal(core)).details["limit"] == "monthly_jobs_quota"  # it blocks...
+        assert [_levels(core, lv) for lv in (50, 80, 90, 100)] == [0, 0, 0, 0]  # ...announces not
+        assert core.conn.execute("SELECT sum(rolled) FROM usage_minutes").fetchone() == (0,)
+        assert core.conn.execute("SELECT count(*) FROM usage_days").fetchone() == (0,)
+        core.usage.leadership = _leads  # this daemon takes the role
+        await _tick(core)
+        assert _levels(core, 100) == 1
+        assert core.conn.execute("SELECT sum(jobs) FROM usage_days").fetchone() == (4,)
+
+
+async def test_the_retention_leader_shares_its_measurement_and_the_others_block_on_it(
+    tmp_path, autojump_clock
+):
+    async with running_core(tmp_path, config=_config(), wall_start_ms=_ms(2026, 12, 5)) as core:
+        core.retention_work.leadership = _leads
+        await _enqueue(core, 10)  # 70 bytes
+        await call(core, "quota_set", quota={"max_retained_bytes": 65})
+        await _tick(core)
+        stored = "SELECT value FROM settings WHERE key = 'quota:retained:default'"
+        assert core.conn.execute(stored).fetchone() == ("70",)
+        assert (await _refusal(core)).details["value"] == 70
+        # Another daemon leads now, and measured less: this one follows its figure.
+        core.retention_work.leadership = _follows
+        with core.conn:
+            core.conn.execute(
+                "UPDATE settings SET value = '50' WHERE key = 'quota:retained:default'"
+            )
+        await _tick(core)
+        await _enqueue(core, 1)  # released: 50 < 65 * 0.9
