@@ -196,3 +196,20 @@ def test_a_burst_through_two_daemons_never_passes_more_than_the_namespace_limit(
             b.cleanup()
     finally:
         a.cleanup()
+
+
+def test_a_quota_written_through_one_daemon_binds_the_other(two_daemons):
+    """Seed 000's two-second cache across daemons: a quota document written
+    through A is read by B's settings watcher (every 2 s) and enforced there,
+    with no restart and no signal (waited for, never timed)."""
+    a, b = two_daemons
+    with a.client() as ca, b.client() as cb:
+        assert cb.ok("enqueue", queue="q", type="t", payload={})["job"]
+        ca.ok("quota_set", quota={"max_pending": 1})
+
+        def refused_on_b() -> bool:
+            frame = cb.call("enqueue", queue="q", type="t", payload={})
+            return not frame["ok"] and frame["error"]["code"] == "queue_full"
+
+        assert wait_until(refused_on_b, timeout=10, interval=0.2, what="B enforcing A's quota")
+        assert cb.ok("quota_get")["quota"]["max_pending"] == 1
