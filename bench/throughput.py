@@ -32,7 +32,8 @@ import sqlite3
 import subprocess
 import sys
 import time
-from contextlib import ExitStack
+from collections.abc import Callable
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,8 @@ class PhaseResult:
     run: int = 1
     completed: int = 0
     seconds: float = 0.0
+    #: The measured span's ends, ``time.perf_counter()`` (first send, last answer).
+    span: tuple[float, float] | None = None
     jobs_per_s: float = 0.0
     enqueue_per_s: float | None = None
     claims: int = 0
@@ -97,8 +100,18 @@ def split(total: int, parts: int) -> list[tuple[int, int]]:
     return shares
 
 
-def run_phase(phase: str, synchronous: str, args: argparse.Namespace, http: bool) -> PhaseResult:
-    """One phase against a fresh daemon."""
+def run_phase(
+    phase: str,
+    synchronous: str,
+    args: argparse.Namespace,
+    http: bool,
+    database: Callable[[], AbstractContextManager[str]] = fresh_database,
+) -> PhaseResult:
+    """One phase against a fresh daemon.
+
+    ``database`` makes the phase's PostgreSQL database (``--store postgres``);
+    ``peer_pgqueuer.py`` passes one that also watches the server while it lives.
+    """
     ctx = mp.get_context("spawn")
     if phase == "batched":
         total = args.jobs
@@ -117,7 +130,7 @@ def run_phase(phase: str, synchronous: str, args: argparse.Namespace, http: bool
     with ExitStack() as stack:
         extra = dsn = ""
         if args.store == "postgres":  # a database of its own, shared by --daemons daemons
-            dsn = stack.enter_context(fresh_database())
+            dsn = stack.enter_context(database())
             extra = f'database = "{dsn}"\n'
         profiled = profile_dir is not None  # the first daemon only
         daemons = [stack.enter_context(BenchDaemon(
@@ -192,6 +205,7 @@ def _figures(result: PhaseResult, reports: list[Report], status: dict[str, Any],
     lasts = [r.last_answer for r in finishers if r.last_answer is not None]
     result.completed = sum(r.jobs for r in finishers)
     if firsts and lasts:
+        result.span = (min(firsts), max(lasts))
         result.seconds = max(lasts) - min(firsts)
         result.jobs_per_s = result.completed / result.seconds if result.seconds else 0.0
     producers = [r for r in reports if r.role == "producer" and r.last_answer is not None]
@@ -257,8 +271,14 @@ def table(results: list[PhaseResult]) -> str:
             "-" if r.writes_per_commit is None else f"{r.writes_per_commit:.1f}",
             "yes" if r.ok else "NO",
         ))  # fmt: skip
-    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
-    lines = ["  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in
+    return align(rows, left=2)
+
+
+def align(rows: list[tuple[str, ...]], left: int) -> str:
+    """``rows`` (the first is the header) as text columns: the first ``left`` columns
+    flush left, the figures flush right."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in
                        enumerate(zip(row, widths, strict=True))) for row in rows]  # fmt: skip
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
