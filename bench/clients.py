@@ -74,13 +74,18 @@ def _start(shared: Shared, socket_path: str, report: Report) -> WireClient:
 
 
 def producer(socket_path: str, jobs: int, first: int, batch: int, window: int,
-             shared: Shared) -> None:  # fmt: skip
-    """Enqueue ``jobs`` jobs with ``enqueue_many`` batches, ``window`` in flight."""
+             shared: Shared, extra: dict[str, Any] | None = None) -> None:  # fmt: skip
+    """Enqueue ``jobs`` jobs with ``enqueue_many`` batches, ``window`` in flight.
+
+    ``extra`` is merged into every job (e.g. ``budgets``: bench/cluster.py).
+    """
     report = Report("producer")
+    more = extra or {}
     frames: list[tuple[int, bytes]] = []
     for req_id, start in enumerate(range(first, first + jobs, batch), start=1):
         stop = min(start + batch, first + jobs)
-        body = [{"queue": QUEUE, "type": "bench", "payload": {"n": n}} for n in range(start, stop)]
+        body = [{"queue": QUEUE, "type": "bench", "payload": {"n": n}, **more}
+                for n in range(start, stop)]  # fmt: skip
         frame = {"id": req_id, "op": "enqueue_many", "jobs": body}
         frames.append((stop - start, orjson.dumps(frame, option=_NL)))
     sizes = {req_id: n for req_id, (n, _f) in enumerate(frames, start=1)}
@@ -160,9 +165,14 @@ def batch_worker(socket_path: str, total: int, max_claim: int, wait_ms: int, man
     report.finish(shared)
 
 
-def single_client(socket_path: str, jobs: int, first: int, shared: Shared) -> None:
-    """``jobs`` times: enqueue one job, claim one, complete it; one request in flight."""
+def single_client(socket_path: str, jobs: int, first: int, shared: Shared,
+                  extra: dict[str, Any] | None = None) -> None:  # fmt: skip
+    """``jobs`` times: enqueue one job, claim one, complete it; one request in flight.
+
+    ``extra`` is merged into every enqueue, as in :func:`producer`.
+    """
     report = Report("single")
+    more = extra or {}
     claim = {"queues": [QUEUE], "max": 1, "wait_ms": 1000}
     try:
         client = _start(shared, socket_path, report)
@@ -170,7 +180,7 @@ def single_client(socket_path: str, jobs: int, first: int, shared: Shared) -> No
         for n in range(first, first + jobs):
             if shared.stop.is_set():
                 break
-            answer = client.call("enqueue", queue=QUEUE, type="bench", payload={"n": n})
+            answer = client.call("enqueue", queue=QUEUE, type="bench", payload={"n": n}, **more)
             if not answer.get("ok"):
                 report.errors.append(f"enqueue: {answer.get('error')}")
                 break

@@ -28,7 +28,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from wire import WireClient
+from wire import WireClient, WireError
 
 BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
@@ -116,9 +116,15 @@ class BenchDaemon:
     def _ready(self) -> bool:
         if not self.socket.exists():
             return False
+        # The socket is bound before the store is open (a PostgreSQL database is
+        # migrated then): only an answer (even a refusal) says the daemon serves.
+        # HTTP is bound just after the socket serves.
         try:
-            WireClient(self.socket, timeout=2).close()
-        except OSError:
+            with WireClient(self.socket, timeout=2) as client:
+                client.call("status")
+            if self.port is not None:
+                socket.create_connection(("127.0.0.1", self.port), timeout=2).close()
+        except (OSError, WireError):
             return False
         return True
 
@@ -208,13 +214,35 @@ class BenchDaemon:
             return None if lag is None else {**lag, "source": "status"}
         if self.port is None:
             return None
+        return lag_from_metrics(self.metrics_text())
+
+    def metrics_text(self) -> str:
+        """The daemon's ``/metrics`` page (it needs ``http=True``)."""
+        if self.port is None:
+            raise RuntimeError("this daemon has no HTTP listener")
         url = f"http://127.0.0.1:{self.port}/metrics"
         with urllib.request.urlopen(url, timeout=10) as reply:
-            return lag_from_metrics(reply.read().decode())
+            return reply.read().decode()
 
     def log_text(self) -> str:
         """The daemon's log so far."""
         return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+def metric(text: str, name: str, **labels: str) -> float | None:
+    """The value of the sample ``name`` whose labels include ``labels`` in a
+    Prometheus text page, or None when there is none."""
+    for line in text.splitlines():
+        if not line.startswith(name) or line.startswith("#"):
+            continue
+        head, _, value = line.rpartition(" ")
+        series, _, tail = head.partition("{")
+        if series != name:
+            continue
+        found = dict(part.split("=", 1) for part in tail.rstrip("}").split(",") if "=" in part)
+        if all(found.get(k) == f'"{v}"' for k, v in labels.items()):
+            return float(value)
+    return None
 
 
 def lag_from_metrics(text: str) -> dict[str, Any] | None:

@@ -13,6 +13,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -46,17 +47,39 @@ def fresh_database() -> Iterator[str]:
         asyncio.run(_execute(admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
-async def _counts(dsn: str, queue: str) -> dict[str, int]:
-    conn = await asyncpg.connect(dsn, timeout=5)
-    try:
-        rows = await conn.fetch(
-            "SELECT state, count(*) FROM jobs WHERE queue = $1 GROUP BY state", queue
-        )
-    finally:
-        await conn.close()
-    return {state: int(n) for state, n in rows}
+class Session:
+    """One connection kept open for many statements (a poll loop), on an asyncio
+    runner of its own: the benchmarks are synchronous. Use as a context manager."""
+
+    def __init__(self, dsn: str) -> None:
+        self._runner = asyncio.Runner()
+        self._conn = self._runner.run(asyncpg.connect(dsn, timeout=5))
+
+    def query(self, statement: str, *args: Any) -> list[tuple[Any, ...]]:
+        """The rows of one statement."""
+        return [tuple(row) for row in self._runner.run(self._conn.fetch(statement, *args))]
+
+    def close(self) -> None:
+        """Close the connection and the runner."""
+        try:
+            self._runner.run(self._conn.close(timeout=5))
+        finally:
+            self._runner.close()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+
+def query(dsn: str, statement: str, *args: Any) -> list[tuple[Any, ...]]:
+    """The rows of one statement, on a connection of its own."""
+    with Session(dsn) as session:
+        return session.query(statement, *args)
 
 
 def queue_counts(dsn: str, queue: str) -> dict[str, int]:
     """Jobs of ``queue`` by state, as the database has them (what every daemon shares)."""
-    return asyncio.run(_counts(dsn, queue))
+    rows = query(dsn, "SELECT state, count(*) FROM jobs WHERE queue = $1 GROUP BY state", queue)
+    return {state: int(n) for state, n in rows}

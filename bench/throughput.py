@@ -106,11 +106,21 @@ def run_phase(
     args: argparse.Namespace,
     http: bool,
     database: Callable[[], AbstractContextManager[str]] = fresh_database,
+    *,
+    label: str | None = None,
+    extra_config: str = "",
+    job_extra: dict[str, Any] | None = None,
+    check: Callable[[str, list[BenchDaemon]], list[str]] | None = None,
 ) -> PhaseResult:
-    """One phase against a fresh daemon.
+    """One phase against a fresh daemon (``args.daemons`` of them on PostgreSQL).
 
     ``database`` makes the phase's PostgreSQL database (``--store postgres``);
     ``peer_pgqueuer.py`` passes one that also watches the server while it lives.
+    For variants of a phase (bench/cluster.py): ``label`` replaces the
+    synchronous column, ``extra_config`` is appended to each daemon's config
+    (after its ``[daemon]`` lines), ``job_extra`` is merged into every job
+    enqueued, and ``check`` is given the database's DSN and the daemons, still
+    running, after the phase and returns problems (PostgreSQL only).
     """
     ctx = mp.get_context("spawn")
     if phase == "batched":
@@ -122,8 +132,10 @@ def run_phase(
     else:
         total = args.single_jobs
         specs = [(single_client, (n, first)) for n, first in split(total, args.clients)]
-    label = synchronous if args.store == "sqlite" else f"pg-{args.daemons}d"
+    if label is None:
+        label = synchronous if args.store == "sqlite" else f"pg-{args.daemons}d"
     result = PhaseResult(phase, label, total)
+    job_kwargs = {"extra": job_extra} if job_extra else {}
     shared = Shared(ctx.Barrier(len(specs) + 1), ctx.Event(), ctx.Value("q", 0), ctx.Queue())
     tag = f"{phase}-{label}"
     profile_dir = Path(args.profile_dir) if args.profile_dir else None
@@ -132,6 +144,7 @@ def run_phase(
         if args.store == "postgres":  # a database of its own, shared by --daemons daemons
             dsn = stack.enter_context(database())
             extra = f'database = "{dsn}"\n'
+        extra += extra_config
         profiled = profile_dir is not None  # the first daemon only
         daemons = [stack.enter_context(BenchDaemon(
             synchronous,
@@ -143,7 +156,8 @@ def run_phase(
         )) for i in range(args.daemons)]  # fmt: skip
         # Clients are spread over the daemons, as a producer fleet would be.
         procs = [ctx.Process(target=fn, args=(str(daemons[i % len(daemons)].socket), *fn_args,
-                                               shared), daemon=True)
+                                               shared),
+                             kwargs=job_kwargs if fn is not batch_worker else {}, daemon=True)
                  for i, (fn, fn_args) in enumerate(specs)]  # fmt: skip
         for proc in procs:
             proc.start()
@@ -159,6 +173,8 @@ def run_phase(
         status = daemons[0].status()
         if dsn:  # each daemon counts its own moves: the database has them all
             status["queues"] = [{"queue": QUEUE, **queue_counts(dsn, QUEUE)}]
+            if check is not None:
+                result.problems += check(dsn, daemons)
         result.loop_lag = daemons[0].loop_lag(status)
         for daemon in daemons:
             code = daemon.stop()

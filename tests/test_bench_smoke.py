@@ -8,6 +8,8 @@ rather than on the next person to measure.
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,10 +21,11 @@ pytestmark = pytest.mark.e2e  # every test here starts a process
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _run(*args: str) -> str:
+def _run(*args: str, env: dict[str, str] | None = None) -> str:
     done = subprocess.run(
-        [sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
+        [sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=120,
+        env=None if env is None else {**os.environ, **env},
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -41,3 +44,24 @@ def test_inprocess_runs_both_phases_to_the_end():
     )  # fmt: skip
     medians = [line.split()[0] for line in out.splitlines() if "median:" in line]
     assert medians == ["single", "batched"]
+
+
+@pytest.mark.postgres
+def test_cluster_runs_its_three_measurements(tmp_path, postgres_server):
+    """bench/cluster.py, each subcommand at its smallest, on the session's server."""
+    env = {"SLUICEGATE_BENCH_POSTGRES": postgres_server.admin_dsn}
+    out = tmp_path / "out.json"
+
+    _run("bench/cluster.py", "crossing", "--tries", "3", "--warmup", "0", "--json", str(out),
+         env=env)  # fmt: skip
+    assert len(json.loads(out.read_text())["tries"]) == 3
+
+    _run("bench/cluster.py", "failover", "--tries", "1", "--daemons", "2", "--lease-ms", "300",
+         "--kill-after", "0.1", "--json", str(out), env=env)  # fmt: skip
+    (takeover,) = json.loads(out.read_text())["tries"]
+    assert takeover["new_leader"] == "d1" and takeover["last_claim_s"] is not None
+
+    _run("bench/cluster.py", "exactness-cost", "--rounds", "1", "--jobs", "200",
+         "--kinds", "while_in_flight", "--json", str(out), env=env)  # fmt: skip
+    (ratio,) = json.loads(out.read_text())["ratios"]
+    assert len(ratio["rounds"]) == 1

@@ -187,7 +187,10 @@ class GroupCommit:
                     if self._pool is None:
                         self._commit(self._take())
                     else:
-                        await self._commit_pooled(self._take())
+                        # Never cancelled mid-transaction (a stop): asyncpg cannot
+                        # give the connection back then, and the stop would hang.
+                        with trio.CancelScope(shield=True):
+                            await self._commit_pooled(self._take())
                     if self._queue:
                         # Over budget: let the loop breathe, then go on.
                         await trio.lowlevel.cancel_shielded_checkpoint()

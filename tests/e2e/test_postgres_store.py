@@ -3,11 +3,15 @@ database, a restart, and a password that never reaches the log."""
 
 from __future__ import annotations
 
+import asyncio
+import signal
+import threading
 import time
 from collections.abc import Iterator
-from contextlib import closing
+from contextlib import closing, contextmanager
 from pathlib import Path
 
+import asyncpg
 import pytest
 
 from tests.support import DaemonProcess, wait_until
@@ -213,3 +217,54 @@ def test_a_quota_written_through_one_daemon_binds_the_other(two_daemons):
 
         assert wait_until(refused_on_b, timeout=10, interval=0.2, what="B enforcing A's quota")
         assert cb.ok("quota_get")["quota"]["max_pending"] == 1
+
+
+@contextmanager
+def _epoch_lock_held(dsn: str) -> Iterator[None]:
+    """Another session holds the cluster's epoch row lock (as another daemon's long
+    transaction would) until the block ends."""
+    taken, release = threading.Event(), threading.Event()
+
+    async def hold() -> None:
+        conn = await asyncpg.connect(dsn, timeout=5)
+        try:
+            async with conn.transaction():
+                await conn.execute("UPDATE cluster_epoch SET epoch = epoch + 1 WHERE id = 1")
+                taken.set()
+                await asyncio.to_thread(release.wait, 30)
+        finally:
+            await conn.close()
+
+    holder = threading.Thread(target=asyncio.run, args=(hold(),))
+    holder.start()
+    try:
+        assert taken.wait(10), "the epoch lock was not taken"
+        yield
+    finally:
+        release.set()
+        holder.join(10)
+
+
+def test_a_stop_during_a_transaction_lets_it_finish_and_exits(tmp_path, pg_dsn):
+    """SIGTERM while a write transaction waits for the epoch lock: once the drain's
+    grace is over the stop cancels the daemon's tasks, but not the transaction on
+    the wire (cancelled there, asyncpg never gave its connection back and the
+    daemon never exited). It commits once the lock is free, and the daemon exits 0."""
+    daemon = _daemon(tmp_path, pg_dsn, extra='shutdown_grace = "100ms"\n')
+    daemon.dsn = pg_dsn
+    waiting = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() " \
+        "AND wait_event_type = 'Lock'"  # fmt: skip
+    try:
+        with closing(daemon.client()) as c:
+            c.ok("status")  # serving: the schema is there (the socket is bound before)
+            with _epoch_lock_held(pg_dsn):
+                c.request("enqueue", queue="q", type="t", payload={})
+                wait_until(lambda: daemon.sql(waiting)[0][0] == 1, what="the enqueue on the lock")
+                daemon.proc.send_signal(signal.SIGTERM)
+                # The grace is over when the daemon closes our connection; the stop goes on.
+                assert c.read_until_closed(timeout=10) == []
+                assert daemon.proc.poll() is None  # its transaction still waits for the lock
+        assert daemon.proc.wait(15) == 0
+    finally:
+        daemon.cleanup()
+    assert daemon.sql("SELECT count(*) FROM jobs WHERE queue = 'q'") == [(1,)]
