@@ -31,6 +31,22 @@ def bindings(text: str | None) -> Bindings:
     return parsed
 
 
+#: Stored texts of bindings made already (bounded), the inverse of ``_PARSED``.
+_TEXTS: dict[Bindings, str] = {}
+
+
+def stored(pairs: Bindings) -> str:
+    """The stored ``budgets`` text of ``(key, cost)`` pairs: made once per kind
+    of job, not encoded again for each one enqueued."""
+    text = _TEXTS.get(pairs)
+    if text is None:
+        text = orjson.dumps([{"key": key, "cost": cost} for key, cost in pairs]).decode()
+        if len(_TEXTS) >= _PARSED_MAX:
+            _TEXTS.clear()
+        _TEXTS[pairs] = text
+    return text
+
+
 def cost_for(text: str | None, key: str) -> int:
     """What a job with stored bindings ``text`` costs budget ``key``."""
     return next((cost for k, cost in bindings(text) if k == key), 1)

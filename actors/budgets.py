@@ -198,14 +198,26 @@ class Budgets(Mapping[BudgetKey, Budget]):
 
     def __init__(self, budgets: Iterable[Budget] = ()) -> None:
         self._budgets: dict[BudgetKey, Budget] = {}
+        #: Changes whenever a budget is added or removed (undos included): what a
+        #: resolution of keys to budgets kept aside is checked against.
+        self.version = 0
         self.load(budgets)
 
     def load(self, budgets: Iterable[Budget]) -> None:
         """Replace every budget (start-up)."""
         self._budgets = {(b.namespace, b.key): b for b in budgets}
+        self.version += 1
 
     def __getitem__(self, key: BudgetKey) -> Budget:
         return self._budgets[key]
+
+    def get(self, key: BudgetKey, default: Any = None) -> Any:
+        """The budget of ``key``, or ``default`` (the dict's own lookup: the
+        Mapping mixin's would raise and catch a KeyError per miss)."""
+        return self._budgets.get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._budgets
 
     def __iter__(self) -> Iterator[BudgetKey]:
         return iter(self._budgets)
@@ -217,16 +229,24 @@ class Budgets(Mapping[BudgetKey, Budget]):
         """A new budget."""
         key = (budget.namespace, budget.key)
         self._budgets[key] = budget
+        self.version += 1
 
         def undo() -> None:
             self._budgets.pop(key, None)
+            self.version += 1
 
         return undo
 
     def remove(self, namespace: str, key: str) -> Undo:
         """A deleted budget."""
         budget = self._budgets.pop((namespace, key))
-        return lambda: self._budgets.__setitem__((namespace, key), budget)
+        self.version += 1
+
+        def undo() -> None:
+            self._budgets[(namespace, key)] = budget
+            self.version += 1
+
+        return undo
 
     def of(self, namespace: str) -> list[Budget]:
         """The budgets of ``namespace``, by key."""

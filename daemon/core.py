@@ -113,6 +113,7 @@ class Core:
             budgets=self.budgets, clock=clock, store=self.store, committer=self.writer,
             running=self.running, metrics=self.metrics, doorbell=self.doorbell,
         )  # fmt: skip
+        self.writer.pending.append(self.budget_gate)  # pools: one write per transaction
         self.policies = Policies(
             clock=clock, counts=self.counts, store=self.store, metrics=self.metrics,
             running=self.running, doorbell=self.doorbell,

@@ -43,6 +43,8 @@ QueueKey = tuple[str, str]
 #: At most this many jobs are parked by one claim: a flood of unaffordable jobs
 #: in the ready index is parked over several transactions, never in one stall.
 PARK_PER_CLAIM = 1000
+#: Resolutions of bindings kept (distinct kinds of bound job; bounded).
+RESOLVED_KEPT = 4096
 #: At most this many parked jobs are released per budget per transaction.
 RELEASE_BATCH = 1000
 
@@ -72,6 +74,12 @@ class BudgetGate(BudgetAnswers):
         #: recovers them at start), and bound jobs are counted in the store,
         #: since memory counts only the jobs this daemon saw bound.
         self.shared = False
+        #: (namespace, stored bindings) -> (budgets.version, resolved): _resolve's.
+        self._resolved: dict[tuple[str, str | None], tuple[int, list[tuple[Budget, int]]]] = {}
+        #: Pools the open transaction changed, as of when (written at flush).
+        #: A rolled-back transaction leaves them here: written at the next
+        #: commit as memory (restored by the undo) stands then, which is harmless.
+        self._unsaved: dict[tuple[str, str], tuple[Budget, int]] = {}
         self.waker = DueActor(
             clock, Due(self.earliest, lambda _now: committer.write(self.release_due))
         )
@@ -79,13 +87,22 @@ class BudgetGate(BudgetAnswers):
         self.parks_left = PARK_PER_CLAIM
 
     def _resolve(self, namespace: str, text: str | None) -> list[tuple[Budget, int]]:
+        """A job's bindings as (budget, cost): kept per kind of job until a budget
+        is added or removed (a bound job is resolved at each of its moves)."""
+        budgets = self.budgets
+        kept = self._resolved.get((namespace, text))
+        if kept is not None and kept[0] == budgets.version:
+            return kept[1]
         out = []
         for key, cost in bindings(text):
-            budget = self.budgets.get((namespace, key))
+            budget = budgets.get((namespace, key))
             if budget is None:  # not possible while bound jobs block deletion
                 log.warning("job bound to missing budget %r/%r: ignored", namespace, key)
                 continue
             out.append((budget, cost))
+        if len(self._resolved) >= RESOLVED_KEPT:
+            self._resolved.clear()
+        self._resolved[(namespace, text)] = (budgets.version, out)
         return out
 
     # -- start-up -------------------------------------------------------------
@@ -185,7 +202,7 @@ class BudgetGate(BudgetAnswers):
         job_id = row.id
         for budget, cost in resolved:
             tx.undo(budget.debit(job_id, cost, now))
-            _save_pool(tx, budget)
+            self._changed(budget, now)
         metrics = self._metrics
         tx.after(lambda: [metrics.budget_debited(b.key, c) for b, c in resolved])
         return None
@@ -250,12 +267,28 @@ class BudgetGate(BudgetAnswers):
             for budget, cost in resolved:
                 tx.undo(budget.credit(job_id, cost))
                 if self.shared:
-                    _save_pool(tx, budget)
+                    self._changed(budget, tx.now_ms)
             tx.after(lambda: [self._wake(b) for b, _c in resolved])
         was, now = source in UNFINISHED, target in UNFINISHED
         if was != now:
             for budget, cost in resolved:
                 _change_bound(tx, budget, cost, 1 if now else -1)
+
+    # -- pools written once per transaction (the group commit's Pending) ----------
+
+    def _changed(self, budget: Budget, now_ms: int) -> None:
+        """A write changed ``budget``'s pool: it is written before the COMMIT."""
+        self._unsaved[(budget.namespace, budget.key)] = (budget, now_ms)
+
+    def flush(self, store: Store) -> None:
+        """Write each pool the transaction's writes changed, once, as it stands
+        after all of them (a claim of 100 bound jobs: one statement, not 100)."""
+        for budget, now_ms in self._unsaved.values():
+            store.budgets.save_pool(budget.namespace, budget.key, budget.pool.snapshot(now_ms))
+
+    def committed(self) -> None:
+        """The pools are written."""
+        self._unsaved.clear()
 
     def bound(self, tx: Tx, budget: Budget) -> dict[int, int]:
         """The unfinished jobs bound to ``budget`` as cost -> jobs, every daemon's."""
@@ -378,8 +411,3 @@ class BudgetGate(BudgetAnswers):
 
 def _change_bound(tx: Tx, budget: Budget, cost: int, n: int) -> None:
     tx.undo(budget.bind(cost, n))
-
-
-def _save_pool(tx: Tx, budget: Budget) -> None:
-    state = budget.pool.snapshot(tx.now_ms)
-    tx.store.budgets.save_pool(budget.namespace, budget.key, state)

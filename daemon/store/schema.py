@@ -243,16 +243,6 @@ def _v7_cluster(db: sqlite_utils.Database) -> None:
     )
 
 
-def _v8_bound(db: sqlite_utils.Database) -> None:
-    # Unfinished jobs bound to budgets, by namespace: a budget's delete (409)
-    # and a lowered allocation (422) read them from the store, which sees the
-    # jobs every daemon bound. Partial, so unbound jobs never touch it.
-    db.execute(
-        "CREATE INDEX ix_jobs_bound ON jobs(namespace) WHERE budgets IS NOT NULL "
-        "AND state IN ('scheduled', 'pending', 'running')"
-    )
-
-
 #: Every migration, in order: entry ``i`` is version ``i + 1`` (the version
 #: field says so for the reader; tests/unit/test_schema.py holds them equal).
 MIGRATIONS: list[Migration] = [
@@ -263,7 +253,6 @@ MIGRATIONS: list[Migration] = [
     Migration(5, "policies", _v5_policies, pg.V5_POSTGRES),
     Migration(6, "usage", _v6_usage, pg.V6_POSTGRES),
     Migration(7, "cluster", _v7_cluster, pg.V7_POSTGRES),
-    Migration(8, "bound", _v8_bound, pg.V8_POSTGRES),
 ]
 
 

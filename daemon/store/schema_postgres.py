@@ -157,8 +157,3 @@ V7_POSTGRES = (
         heartbeat_at bigint NOT NULL
     )""",
 )
-
-V8_POSTGRES = (
-    "CREATE INDEX ix_jobs_bound ON jobs (namespace) WHERE budgets IS NOT NULL "
-    "AND state IN ('scheduled', 'pending', 'running')",
-)

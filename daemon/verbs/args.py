@@ -46,9 +46,11 @@ from actors.limits import (
     LEASE_TOKEN_LEN,
     MAX_ATTEMPTS,
     MAX_BATCH,
+    MAX_BINDINGS,
     MAX_COMPLETIONS,
     MAX_DURATION_MS,
     MAX_INSTANT_MS,
+    MAX_TOKENS,
     MAX_WAIT_MS,
     NAME_RE,
     NAME_RULE,
@@ -240,9 +242,45 @@ _ENQUEUE = ("queue", "type", "payload", "priority", "delay_ms", "ready_at", "max
 _ENQUEUE_KEYS = frozenset(_ENQUEUE)
 
 
+_BINDING = ("key", "cost", "create_with")
+_BINDING_KEYS = frozenset(_BINDING[:2])
+
+
+def _binding_check(cls: type) -> Callable[[Any], list[Any] | None] | None:
+    """The check of an enqueue's ``budgets`` (``[{key, cost?}, ...]``, as
+    ``cls.budgets``' item class), or None if that class is not the one it was
+    written for. ``create_with`` (a budget made with the job) is left to the
+    converter: it is rare, and its checks are many."""
+    hint = typing.get_type_hints(cls)["budgets"]  # list[BindingArgs] | None
+    (item_cls,) = typing.get_args(typing.get_args(hint)[0])
+    if tuple(f.name for f in attrs.fields(item_cls)) != _BINDING:
+        return None
+
+    def check(value: Any) -> list[Any] | None:
+        if type(value) is not list or not 0 < len(value) <= MAX_BINDINGS:
+            return None
+        made, seen = [], set()
+        for item in value:
+            if type(item) is not dict or not item.keys() <= _BINDING_KEYS:
+                return None
+            key, cost = item.get("key"), item.get("cost", 1)
+            if not (_name(key) and _int(cost, 1, MAX_TOKENS)) or key in seen:
+                return None
+            seen.add(key)
+            binding = _new(item_cls)
+            _set(binding, "key", key)
+            _set(binding, "cost", cost)
+            _set(binding, "create_with", None)
+            made.append(binding)
+        return made
+
+    return check
+
+
 @_written_for(*_ENQUEUE)
 def fast_enqueue(cls: type) -> Check:
     """The check of one job of ``enqueue``/``enqueue_many``, made as ``cls``."""
+    check_bindings = _binding_check(cls)
 
     def check(args: Any) -> Any:
         if type(args) is not dict or not args.keys() <= _ENQUEUE_KEYS:
@@ -269,10 +307,15 @@ def fast_enqueue(cls: type) -> Check:
                 debounce_ms is None
                 or (unique_key is not None and _int(debounce_ms, 0, MAX_DURATION_MS))
             )
-            and budgets is None
             and _json(payload)
         ):
             return None
+        if budgets is not None:
+            if check_bindings is None:
+                return None
+            budgets = check_bindings(budgets)
+            if budgets is None:
+                return None
         made = _new(cls)
         _set(made, "queue", queue)
         _set(made, "type", type_)
@@ -284,7 +327,7 @@ def fast_enqueue(cls: type) -> Check:
         _set(made, "lease_ms", lease_ms)
         _set(made, "unique_key", unique_key)
         _set(made, "debounce_ms", debounce_ms)
-        _set(made, "budgets", None)
+        _set(made, "budgets", budgets)
         return made
 
     return check

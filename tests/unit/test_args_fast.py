@@ -59,6 +59,19 @@ def test_enqueue(args):
     _agree(EnqueueArgs, args)
 
 
+BINDING = st.dictionaries(
+    st.sampled_from(("key", "cost", "create_with", "extra")),
+    st.one_of(ODD, st.sampled_from(["a", "b", "gpu", 2, 2**31 - 1, 2**31])),
+    max_size=3,
+)
+
+
+@given(st.one_of(ODD, st.lists(st.one_of(BINDING, ODD), max_size=17)))
+@settings(max_examples=400, deadline=None)
+def test_enqueue_bindings(budgets):
+    _agree(EnqueueArgs, {"queue": "q", "type": "t", "budgets": budgets})
+
+
 @given(st.lists(_args(_ENQUEUE), max_size=3))
 @settings(max_examples=200, deadline=None)
 def test_enqueue_many(jobs):
@@ -91,6 +104,8 @@ def test_complete_many(jobs):
                        "delay_ms": 5, "max_attempts": 1, "lease_ms": 10, "unique_key": "u",
                        "debounce_ms": None, "budgets": None}),
         (EnqueueArgs, {"queue": "q", "type": "t", "unique_key": "u", "debounce_ms": 0}),
+        (EnqueueArgs, {"queue": "q", "type": "t",
+                       "budgets": [{"key": "gpu", "cost": 3}, {"key": "api"}]}),
         (EnqueueManyArgs, {"jobs": [{"queue": "q", "type": "t", "payload": i} for i in range(3)]}),
         (ClaimNextArgs, {"queues": ["a", "b"], "max": 1000, "wait_ms": 0, "lease_ms": None}),
         (ClaimNextArgs, {"queues": ["a"]}),

@@ -335,6 +335,25 @@ async def test_a_restart_neither_refills_nor_forgets(tmp_path, autojump_clock):
         db.conn.close()
 
 
+async def test_a_claim_of_many_bound_jobs_writes_each_pool_once_as_memory_holds_it(
+    tmp_path, autojump_clock
+):
+    async with running_core(tmp_path) as core:
+        await budget(core, "slots", {"allocation": 100, "strategy": {"type": "while_in_flight"}})
+        await enqueue(core, 40, [{"key": "slots", "cost": 2}])
+        pool_writes: list[str] = []
+        core.conn.set_trace_callback(
+            lambda sql: pool_writes.append(sql) if sql.startswith("UPDATE budgets") else None
+        )
+        try:
+            assert len(await claim(core, 30)) == 30
+        finally:
+            core.conn.set_trace_callback(None)
+        assert len(pool_writes) == 1  # 30 debits, one statement before the COMMIT
+        stored = core.conn.execute("SELECT in_flight FROM budgets WHERE key = 'slots'").fetchone()
+        assert stored == (60,) == (core.budgets[("default", "slots")].pool.in_flight,)
+
+
 async def test_a_lapsed_lease_gives_its_tokens_back(tmp_path, autojump_clock):
     async with running_core(tmp_path) as core:
         await budget(core, "one", {"allocation": 1, "strategy": {"type": "while_in_flight"}})
