@@ -5,7 +5,9 @@
 3. arguments structured strictly (``invalid_argument`` naming the field);
 4. the verb itself checks queue scope and ownership of what it names;
 5. an admin write, once planned, takes a token of its caller's admin write
-   bucket (:mod:`daemon.admission.admin_limit`).
+   bucket (:mod:`daemon.admission.admin_limit`);
+6. ``answer: "minimal"`` (the verbs of :data:`MINIMAL_VERBS`) shrinks the
+   answer's job object to ``{id, status, lease?}``.
 
 :func:`prepare` does the checks and plans the call; :func:`dispatch` runs the
 plan to its answer (HTTP); the socket runs plans itself, submitting their writes
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from actors import lifecycle as lc
 from actors.errors import Refused, internal_error, invalid
 from actors.limits import NAME_RE, NAME_RULE
 from daemon.admission.admin_limit import ADMIN_WRITES
@@ -68,6 +71,7 @@ def prepare(
         core.door.request(namespace)  # one token per authenticated request
     if verb.grants and not any(session.has(g) for g in verb.grants):
         raise Refused("forbidden", f"this token is not granted {verb.name!r}")
+    small = _minimal_asked(verb.name, args)
     parsed = structure(args, verb.args)
     try:
         plan = verb.plan(core, Call(session, namespace, events, owner), parsed)
@@ -75,9 +79,46 @@ def prepare(
         raise
     except Exception as exc:
         raise internal_error(exc) from exc
+    if small:
+        plan = _minimal(plan, parsed)
     if verb.name in ADMIN_WRITES:
         core.admin_writes.charge(session, client)
     return plan
+
+
+#: Verbs that take ``answer: "minimal"`` (PROTOCOL.md, "Smaller answers").
+MINIMAL_VERBS = frozenset({"enqueue", "complete", "fail", "heartbeat", "release"})
+ANSWER_FORMS = ("full", "minimal")
+
+
+def _minimal_asked(verb: str, args: dict[str, Any]) -> bool:
+    """Whether the call asks for the minimal answer (``answer`` taken out of
+    ``args``; another verb keeps it, and its strict structuring refuses it)."""
+    if verb not in MINIMAL_VERBS or "answer" not in args:
+        return False
+    form = args.pop("answer")
+    if form not in ANSWER_FORMS:
+        raise invalid("answer", 'answer must be "full" or "minimal"')
+    return form == "minimal"
+
+
+def _minimal(plan: Plan, parsed: Any) -> Plan:
+    """``plan`` answering ``{job: {id, status, lease?}}`` and its other top-level
+    fields, instead of the whole job object."""
+    full = plan.answer
+
+    def small(result: Any) -> Any:
+        out = full(result)
+        job = out.get("job")
+        if job is None:  # heartbeat answers no job: its arguments name it, still leased
+            brief = {"id": parsed.job_id, "status": lc.RUNNING, "lease": parsed.lease}
+        else:
+            brief = {"id": job["id"], "status": job["status"]}
+            if job.get("lease") is not None:
+                brief["lease"] = job["lease"]
+        return {**out, "job": brief}
+
+    return Plan(plan.write, small)
 
 
 def answer(plan: Plan, result: Any) -> dict[str, Any] | Later:

@@ -105,10 +105,13 @@ class ClientProtocol:
         return _orphans(answer, op)
 
     def release_orphans(self, jobs: list[dict[str, Any]]) -> bytes:
-        """``release`` requests for ``jobs``, sent fire-and-forget."""
+        """``release`` requests for ``jobs``, sent fire-and-forget (their answers
+        are dropped, so they ask for the minimal one)."""
         out = bytearray()
         for job in jobs:
-            req_id, line = self.request("release", {"job_id": job["id"], "lease": job["lease"]})
+            req_id, line = self.request(
+                "release", {"job_id": job["id"], "lease": job["lease"], "answer": "minimal"}
+            )
             self.abandon(req_id)
             out += line
         return bytes(out)

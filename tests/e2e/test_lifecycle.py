@@ -183,3 +183,26 @@ def test_fail_without_retry_in_ms_backs_off(daemon, connect):
     back = c.ok("claim_next", queues=["q"], wait_ms=10_000)["jobs"][0]["job"]
     assert back["id"] == job_id and back["attempts"] == 2
     assert back["updated_at"] >= job["ready_at"]
+
+
+def test_minimal_answers_over_the_socket_and_http(daemon, connect):
+    """``answer: "minimal"`` (PROTOCOL.md, "Smaller answers") on both transports:
+    POST /jobs flattens the small job as it flattens a whole one."""
+    c = connect(daemon)
+    small = c.ok("enqueue", queue="q", type="t", payload={"n": 1}, answer="minimal")
+    job_id = small["job"]["id"]
+    assert small["job"] == {"id": job_id, "status": "pending"}
+    claimed = c.ok("claim_next", queues=["q"])["jobs"][0]["job"]
+    beat = c.ok("heartbeat", job_id=job_id, lease=claimed["lease"], answer="minimal")
+    assert beat["job"] == {"id": job_id, "status": "running", "lease": claimed["lease"]}
+    bad = c.error("complete", job_id=job_id, lease=claimed["lease"], answer="short")
+    assert (bad["code"], bad["field"]) == ("invalid_argument", "answer")
+    done = c.ok("complete", job_id=job_id, lease=claimed["lease"], answer="minimal")
+    assert done["job"] == {"id": job_id, "status": "completed"}
+    with daemon.http() as http:
+        r = http.post("/jobs", json={"queue": "q", "type": "t", "answer": "minimal"})
+        assert r.status_code == 201, r.text
+        body = r.json()
+        assert set(body) == {"id", "status", "duplicate", "folded", "shed"}
+        r = http.post("/v1/ops/enqueue", json={"queue": "q", "type": "t", "answer": "minimal"})
+        assert r.status_code == 200 and set(r.json()["job"]) == {"id", "status"}
