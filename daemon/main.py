@@ -110,6 +110,10 @@ class Daemon:
         task_status: trio.TaskStatus[Any],
     ) -> None:
         core = self.core = Core(self.config, db, clock)
+        if cfg.postgres_dsn() is not None:
+            # Roles held by one daemon at a time, from their first tick (at start).
+            core.retention_work.leadership = AdvisoryRole(db.connect, "retention").hold
+            core.usage.leadership = AdvisoryRole(db.connect, "rollup").hold
         periodic = self.periodic = periodic_scheduler(core, self.config.periodic)
         async with trio.open_nursery() as root:
             # Handlers first: a SIGHUP right after READY=1 must reload, not kill.
@@ -136,8 +140,7 @@ class Daemon:
                 membership = Membership(committer=core.writer, now_ms=core.clock.now_ms,
                                         set_share=core.door.set_share)  # fmt: skip
                 await root.start(membership.run)
-                core.retention_work.leadership = AdvisoryRole(db.connect, "retention").hold
-                core.usage.leadership = AdvisoryRole(db.connect, "rollup").hold
+                core.on_drain.append(membership.leave)
                 statistics = JobStatistics(db.pool)
                 core.writer.after_commit.append(lambda: statistics.committed(core.writer.writes))
                 await root.start(statistics.run)

@@ -55,27 +55,37 @@ class Membership:
         self._set_share = set_share
         self.name = daemon_id()
         self.members = 0
+        #: Set by :meth:`leave`: no heartbeat brings the row back.
+        self.left = False
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Register, hold no share for a heartbeat and a half if others are live,
-        then heartbeat until cancelled; leave on the way out."""
+        then heartbeat until cancelled (a clean stop has left already: :meth:`leave`)."""
         self._set_share(0.0)
         lapse_ms = int(HEARTBEAT_S * LAPSE_HEARTBEATS * 1000)
         await self._beat(lapse_ms, share=False)
         if self.members == 1:  # alone: nobody else holds a share to overlap with
             self._set_share(1.0)
         task_status.started()
+        await trio.sleep(HEARTBEAT_S * 1.5)
+        while not self.left:
+            await self._beat(lapse_ms, share=True)
+            await trio.sleep(HEARTBEAT_S)
+
+    def leave(self) -> None:
+        """A clean stop (the daemon drains): remove our row, so the others take
+        our share at their next heartbeat. Queued as a write, so the committer
+        runs it before it stops; a daemon that dies is lapsed instead."""
+        self.left = True
+
+        def done(_result: object, error: BaseException | None) -> None:
+            if error is not None:  # the database away: the others will lapse us
+                log.warning("could not leave the members table: %r", error)
+
         try:
-            await trio.sleep(HEARTBEAT_S * 1.5)
-            while True:
-                await self._beat(lapse_ms, share=True)
-                await trio.sleep(HEARTBEAT_S)
-        finally:
-            with trio.CancelScope(shield=True), trio.move_on_after(2):
-                try:
-                    await self._committer.write(lambda tx: tx.store.epoch.leave(self.name))
-                except Exception as exc:  # the database away: the others will lapse us
-                    log.warning("could not leave the members table: %r", exc)
+            self._committer.submit(lambda tx: tx.store.epoch.leave(self.name), done)
+        except Exception as exc:  # the committer already stopped
+            log.warning("could not leave the members table: %r", exc)
 
     async def _beat(self, lapse_ms: int, *, share: bool) -> None:
         def write(tx: Tx) -> int:

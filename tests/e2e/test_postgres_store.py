@@ -268,3 +268,34 @@ def test_a_stop_during_a_transaction_lets_it_finish_and_exits(tmp_path, pg_dsn):
     finally:
         daemon.cleanup()
     assert daemon.sql("SELECT count(*) FROM jobs WHERE queue = 'q'") == [(1,)]
+
+
+def test_a_budget_bound_through_one_daemon_cannot_be_deleted_through_the_other(two_daemons):
+    """B never saw the job bound: the delete's and the lowering's check read the
+    store (daemon.admission.budget_gate, BudgetGate.bound)."""
+    a, b = two_daemons
+    with a.client() as ca, b.client() as cb:
+        ca.ok("budget_create", key="gpu", allocation=4, strategy={"type": "while_in_flight"})
+        ca.ok("enqueue", queue="q", type="t", budgets=[{"key": "gpu", "cost": 3}])
+        refused = cb.error("budget_delete", key="gpu")
+        assert (refused["code"], refused["status"]) == ("conflict", 409)
+        assert "referenced by 1 unfinished job" in refused["message"]
+        lowered = cb.error("budget_patch", key="gpu", allocation=2)
+        assert (lowered["code"], lowered["field"]) == ("invalid_argument", "allocation")
+        job = cb.ok("claim_next", queues=["q"])["jobs"][0]["job"]
+        cb.ok("complete", job_id=job["id"], lease=job["lease"], answer="minimal")
+        ca.ok("budget_delete", key="gpu")  # nothing bound any more: it goes
+        assert [x["key"] for x in cb.ok("budget_list")["budgets"]] == []
+
+
+def test_each_role_is_held_by_one_daemon(two_daemons):
+    """Retention and the roll-up are advisory-lock roles: one daemon each."""
+    a, b = two_daemons
+
+    def holders(role: str) -> int:
+        line = f"this daemon now holds the {role} role"
+        return sum(line in d.log_text() for d in (a, b))
+
+    for role in ("retention", "rollup"):
+        assert wait_until(lambda role=role: holders(role) >= 1, timeout=20, what=role)
+        assert holders(role) == 1, role

@@ -49,3 +49,16 @@ async def test_a_daemon_joining_others_waits_until_they_have_counted_it(tmp_path
         await trio.sleep(0.2)  # virtual time (autojump_clock)
         assert shares == [0.0, 0.5]
         nursery.cancel_scope.cancel()
+
+
+async def test_a_clean_stop_leaves_and_no_heartbeat_brings_the_row_back(tmp_path, autojump_clock):
+    async with running_core(tmp_path, timers=False) as core, trio.open_nursery() as nursery:
+        membership = Membership(committer=core.writer, now_ms=core.clock.now_ms,
+                                set_share=lambda _share: None)  # fmt: skip
+        await nursery.start(membership.run)
+        rows = "SELECT daemon FROM members"
+        assert core.conn.execute(rows).fetchall() == [(membership.name,)]
+        membership.leave()  # what the daemon's drain does
+        await trio.sleep(HEARTBEAT_S * 4)  # virtual time (autojump_clock)
+        assert core.conn.execute(rows).fetchall() == []
+        nursery.cancel_scope.cancel()
