@@ -164,6 +164,7 @@ class Core:
                 policies=self.policies, quotas=self.quotas, committer=self.writer,
                 locked=not unsafe_unlocked(),
             )  # fmt: skip
+            self.cluster.on_heard.append(self.watcher.nudge)
             self.writer.begun.append(self.cluster.begin)
             self.writer.pending.append(self.cluster)
             self.budget_gate.shared = True

@@ -83,6 +83,7 @@ def prepare(
         plan = _minimal(plan, parsed)
     if verb.name in ADMIN_WRITES:
         core.admin_writes.charge(session, client)
+        plan = _announced(plan, core)
     return plan
 
 
@@ -119,6 +120,18 @@ def _minimal(plan: Plan, parsed: Any) -> Plan:
         return {**out, "job": brief}
 
     return Plan(plan.write, small)
+
+
+def _announced(plan: Plan, core: Services) -> Plan:
+    """``plan`` telling the other daemons, once its write committed, that a
+    limit's settings changed (its answer runs after the commit, and only then)."""
+    full = plan.answer
+
+    def told(result: Any) -> Any:
+        core.doorbell.limits_changed()
+        return full(result)
+
+    return Plan(plan.write, told)
 
 
 def answer(plan: Plan, result: Any) -> dict[str, Any] | Later:

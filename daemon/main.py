@@ -135,6 +135,7 @@ class Daemon:
                     lag=core.metrics.notify_lag,
                 )
                 core.doorbell.remote = crossing.publish
+                core.doorbell.remote_limits = lambda: crossing.publish_timer("limits", 0)
                 core.metrics.per_daemon.notices = crossing.statistics
                 await root.start(crossing.run)
                 membership = Membership(committer=core.writer, now_ms=core.clock.now_ms,

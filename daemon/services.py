@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from daemon.admission.admin_limit import AdminWriteLimiter
     from daemon.admission.budget_gate import BudgetGate
     from daemon.admission.door import Door
+    from daemon.admission.doorbell import Doorbell
     from daemon.admission.pipeline import Admission
     from daemon.admission.policies import Policies
     from daemon.admission.quotas import Quotas
@@ -57,6 +58,8 @@ class Services(Protocol):
     namespaces: Namespaces
     counts: QueueCounts
     router: ClaimRouter
+    #: Rings waiting claims; on PostgreSQL also the other daemons.
+    doorbell: Doorbell
     ids: IdMint
     metrics: Metrics
     history: History

@@ -87,6 +87,9 @@ class ClusterSync:
         self.reloads = 0
         #: Set by the cross-daemon doorbell (as on a timer); nothing is published.
         self.on_note: Callable[[int], None] | None = None
+        #: Also told when another daemon wrote a limit's settings (the settings
+        #: watcher: quota documents are read by it, not by the reload).
+        self.on_heard: list[Callable[[], None]] = []
 
     # -- GroupCommit's hooks: begun (after BEGIN), then flush/committed (Pending) ------
 
@@ -133,9 +136,12 @@ class ClusterSync:
         self._counts.load(tx.store.jobs.state_counts())
 
     def heard(self, _at_ms: int) -> None:
-        """The cross-daemon doorbell's timer method: a notice of kind "limits"
-        (no daemon sends one today; rings wake claims) looks again like a refresh."""
+        """The cross-daemon doorbell's timer method: a notice of kind "limits" (a
+        limit's settings written on another daemon: Doorbell.limits_changed)
+        looks again at once, as a refresh does; so do :attr:`on_heard`'s."""
         self.refresh()
+        for hook in self.on_heard:
+            hook()
 
     def _synced(self) -> None:
         self._syncing = False

@@ -36,6 +36,8 @@ class Doorbell:
         self.held: Callable[[QueueKey], bool] = _never
         #: Tells the other daemons sharing the database (PostgreSQL; set at wiring).
         self.remote: Callable[[QueueKey, int], None] | None = None
+        #: Tells them a limit's settings changed here (PostgreSQL; set at wiring).
+        self.remote_limits: Callable[[], None] | None = None
 
     def claimable(self, key: QueueKey) -> int:
         """Pending jobs of ``key`` that a claim may take (not parked)."""
@@ -73,6 +75,13 @@ class Doorbell:
             n = self.claimable(key)
             if n > 0:
                 self._router.ring(key, n, pending=n, edge=False)
+
+    def limits_changed(self) -> None:
+        """A budget, policy, quota or queue setting was written here (after its
+        commit): the other daemons read the limit state back now, not at their
+        next write or their 10 s refresh, so their reads show it too."""
+        if self.remote_limits is not None:
+            self.remote_limits()
 
     @property
     def waiting(self) -> bool:

@@ -285,7 +285,10 @@ def test_a_budget_bound_through_one_daemon_cannot_be_deleted_through_the_other(t
         job = cb.ok("claim_next", queues=["q"])["jobs"][0]["job"]
         cb.ok("complete", job_id=job["id"], lease=job["lease"], answer="minimal")
         ca.ok("budget_delete", key="gpu")  # nothing bound any more: it goes
-        assert [x["key"] for x in cb.ok("budget_list")["budgets"]] == []
+        # B reads the limits back at its next write (a membership heartbeat every
+        # 2 s at the latest), and at once on A's notice (Doorbell.limits_changed).
+        assert wait_until(lambda: cb.ok("budget_list")["budgets"] == [], timeout=5,
+                          what="B to see the delete")  # fmt: skip
 
 
 def test_each_role_is_held_by_one_daemon(two_daemons):

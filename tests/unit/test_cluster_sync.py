@@ -173,6 +173,22 @@ async def test_a_refresh_counts_the_queues_again_with_every_daemons_moves(tmp_pa
         assert (queue["pending"], queue["running"]) == (2, 1)
 
 
+async def test_a_committed_limit_write_tells_the_other_daemons_and_a_refused_one_not(
+    tmp_path, autojump_clock
+):
+    async with running_core(tmp_path, timers=False) as core:
+        told: list[None] = []
+        core.doorbell.remote_limits = lambda: told.append(None)
+        spec = {"allocation": 2, "strategy": {"type": "while_in_flight"}}
+        await call(core, "budget_create", key="a", **spec)
+        assert len(told) == 1
+        with pytest.raises(Refused):
+            await call(core, "budget_create", key="a", **spec)  # exists: nothing written
+        await enqueue_job(core)  # not a limit's setting
+        await call(core, "quota_set", quota={"max_pending": 5})
+        assert len(told) == 2
+
+
 def test_set_state_replaces_one_state_and_keeps_the_totals():
     counts = QueueCounts()
     counts.load([("n", "a", lc.RUNNING, 3), ("n", "a", lc.PENDING, 5), ("n", "b", lc.RUNNING, 1)])
