@@ -44,12 +44,12 @@ import os
 from collections.abc import Callable
 
 from actors import lifecycle as lc
-from actors.budgets import Budgets
+from actors.budgets import Budget, Budgets
 from actors.counts import QueueCounts
 from daemon.admission.budget_gate import BudgetGate
 from daemon.admission.policies import Policies
 from daemon.admission.quotas import Quotas
-from daemon.store.interface import Committer, Store, Tx
+from daemon.store.interface import Committer, Store
 
 log = logging.getLogger("sluicegate.cluster")
 #: Set to 1 in a test only: decide from an unlocked read (the over-admitting design).
@@ -84,6 +84,8 @@ class ClusterSync:
         self._reloaded = False
         self._committer = committer
         self._syncing = False
+        #: Set by a refresh: the next transaction counts every queue again first.
+        self._recount_due = False
         self.reloads = 0
         #: Set by the cross-daemon doorbell (as on a timer); nothing is published.
         self.on_note: Callable[[int], None] | None = None
@@ -98,11 +100,19 @@ class ClusterSync:
         another daemon committed since our last transaction."""
         if not self.locked:
             self.reload(store)
-            return
-        epoch = store.epoch.bump()
-        self._next = epoch
-        if self.epoch is None or epoch != self.epoch + 1:
-            self.reload(store)
+        else:
+            epoch = store.epoch.bump()
+            self._next = epoch
+            if self.epoch is None or epoch != self.epoch + 1:
+                self.reload(store)
+        if self._recount_due:
+            # Here, before any write of the transaction: memory then holds every
+            # committed move and none of this transaction's, whose effects are
+            # applied at its commit. Counted after a write of the same transaction,
+            # its moves would be counted twice (a completion twice: one running
+            # job too few, and a cap over-admitted).
+            self._recount_due = False
+            self._counts.load(store.jobs.state_counts())
 
     def flush(self, store: Store) -> None:
         """Nothing is accumulated: the bump is the transaction's first statement."""
@@ -127,13 +137,8 @@ class ClusterSync:
         if self._syncing:
             return
         self._syncing = True
-        self._committer.submit(self._recount, lambda _r, _e: self._synced())
-
-    def _recount(self, tx: Tx) -> None:
-        # Inside the transaction, under the epoch lock: the count sees every
-        # commit, and this daemon's own writes of the same transaction, whose
-        # undo (should it roll back) takes them out again.
-        self._counts.load(tx.store.jobs.state_counts())
+        self._recount_due = True
+        self._committer.submit(lambda _tx: None, lambda _r, _e: self._synced())
 
     def heard(self, _at_ms: int) -> None:
         """The cross-daemon doorbell's timer method: a notice of kind "limits" (a
@@ -152,19 +157,20 @@ class ClusterSync:
         """Read every limit's state back from the store (inside the transaction)."""
         self.reloads += 1
         self._reloaded = True
-        self._counts.set_state(lc.RUNNING, {(ns, q): n for ns, q, n in store.epoch.running()})
-        self._reload_budgets(store)
-        self._quotas.read_back(store)
+        stored = store.epoch.limits()  # one statement: running, budgets, rates, policies
+        self._counts.set_state(lc.RUNNING, {(ns, q): n for ns, q, n in stored.running})
+        self._reload_budgets(stored.budgets)
+        self._quotas.read_back(store, stored.rates)
         told = {k: (s.last_label, s.reopen_at) for k, s in self._policies.states.items()}
-        self._policies.load(store.epoch.policies())
+        self._policies.load(stored.policies)
         for key, state in self._policies.states.items():
             if key in told:  # what subscribers were told stands: a reopening still rings
                 state.last_label, state.reopen_at = told[key]
 
-    def _reload_budgets(self, store: Store) -> None:
+    def _reload_budgets(self, rows: list[tuple[Budget, bool]]) -> None:
         budgets = self._budgets
         seen = set()
-        for stored, has_parked in store.epoch.budgets():
+        for stored, has_parked in rows:
             key = (stored.namespace, stored.key)
             seen.add(key)
             mine = budgets.get(key)

@@ -219,10 +219,11 @@ class Quotas:
             + self.elsewhere.get(namespace, 0)
         )
 
-    def read_back(self, store: Store) -> None:
+    def read_back(self, store: Store, rates: list[tuple[str, tuple[int, int, int]]]) -> None:
         """Several daemons (daemon.admission.cluster): the ``enqueue_rate`` pools as
-        stored, and each ``max_pending`` namespace's waiting jobs as counted."""
-        stored = dict(store.epoch.rates())
+        stored (``rates``, read with the other limits), and each ``max_pending``
+        namespace's waiting jobs as counted."""
+        stored = dict(rates)
         self.elsewhere.clear()
         for actor in self._namespaces.known():
             if actor.rate is not None and actor.namespace in stored:

@@ -9,7 +9,7 @@ the returned epoch says whether another daemon wrote since this one last did.
 from __future__ import annotations
 
 import sqlite3
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -17,6 +17,13 @@ from actors.budgets import Budget
 from daemon.store.budgets import COLS as _BUDGET_COLS
 from daemon.store.budgets import load as load_budget
 from daemon.store.policies import COLS as _POLICY_COLS
+
+#: Settings keys of figures the daemons share per namespace: ``enqueue_rate``
+#: pools and the retention leader's retained bytes. Under the reserved
+#: ``quota:`` prefix, so no settings listing shows them, and no quota document is
+#: read from them (daemon.store.families.namespace_of).
+RATE_PREFIX = "quota:rate:"
+RETAINED_PREFIX = "quota:retained:"
 
 
 def bump(conn: sqlite3.Connection) -> int:
@@ -30,37 +37,72 @@ def bump(conn: sqlite3.Connection) -> int:
     return int(row[0])
 
 
-def running(conn: sqlite3.Connection) -> list[tuple[str, str, int]]:
-    """(namespace, queue, jobs running) of every queue with running jobs; read
-    through the running-jobs index, so it costs what runs, not the backlog."""
-    return conn.execute(
-        "SELECT namespace, queue, count(*) FROM jobs WHERE state = 'running' "
-        "GROUP BY namespace, queue"
-    ).fetchall()
+class LimitState(NamedTuple):
+    """The limit state every daemon reads back after another one wrote."""
+
+    #: (namespace, queue, jobs running) of every queue with running jobs.
+    running: list[tuple[str, str, int]]
+    #: Every budget, loaded, and whether any job is parked on it.
+    budgets: list[tuple[Budget, bool]]
+    #: (namespace, pool state) of every stored ``enqueue_rate`` pool.
+    rates: list[tuple[str, tuple[int, int, int]]]
+    #: Every policy row with its latest window's start and usage (None, 0: none).
+    policies: list[tuple[tuple[Any, ...], int | None, int]]
 
 
-def budgets(conn: sqlite3.Connection) -> list[tuple[Budget, bool]]:
-    """Every budget, loaded, and whether any job is parked on it (one statement)."""
-    rows = conn.execute(
-        f"SELECT {', '.join('b.' + c.strip() for c in _BUDGET_COLS.split(','))}, "
-        "EXISTS (SELECT 1 FROM jobs j WHERE j.namespace = b.namespace AND j.parked_on = b.key) "
-        "FROM budgets b ORDER BY b.namespace, b.key"
-    ).fetchall()
-    return [(load_budget(row[:-1]), bool(row[-1])) for row in rows]
+def _columns(alias: str, cols: str) -> str:
+    return ", ".join(f"{alias}.{c.strip()}" for c in cols.split(","))
 
 
-def policies(conn: sqlite3.Connection) -> list[tuple[tuple[Any, ...], int | None, int]]:
-    """Every policy row with its latest window's start and usage (None, 0: none)."""
-    latest = (
-        "FROM policy_usage u WHERE u.namespace = p.namespace AND u.queue = p.queue "
-        "ORDER BY u.window_start DESC LIMIT 1"
+_LATEST = (
+    "FROM policy_usage u WHERE u.namespace = p.namespace AND u.queue = p.queue "
+    "ORDER BY u.window_start DESC LIMIT 1"
+)
+#: The four parts, each a JSON array of rows, in one statement (one round trip:
+#: a daemon that follows another's write pays one, not four). ``{agg}`` and
+#: ``{row}`` are each dialect's JSON aggregate and array.
+_LIMITS = (
+    "SELECT "
+    # Running jobs per queue, read through the running-jobs index: it costs what
+    # runs, not the backlog.
+    "coalesce((SELECT {agg}({row}(r.namespace, r.queue, r.n)) FROM (SELECT namespace, queue, "
+    "count(*) AS n FROM jobs WHERE state = 'running' GROUP BY namespace, queue) r), '[]'), "
+    f"coalesce((SELECT {{agg}}({{row}}({_columns('b', _BUDGET_COLS)}, EXISTS (SELECT 1 "
+    "FROM jobs j WHERE j.namespace = b.namespace AND j.parked_on = b.key))) FROM budgets b), "
+    "'[]'), "
+    "coalesce((SELECT {agg}({row}(s.key, s.value)) FROM settings s "
+    "WHERE s.key >= ? AND s.key < ?), '[]'), "
+    f"coalesce((SELECT {{agg}}({{row}}({_columns('p', _POLICY_COLS)}, "
+    f"(SELECT u.window_start {_LATEST}), (SELECT u.used {_LATEST}))) FROM policies p), '[]')"
+)
+_LIMITS_SQLITE = _LIMITS.format(agg="json_group_array", row="json_array")
+_LIMITS_POSTGRES = _LIMITS.format(agg="json_agg", row="json_build_array")
+
+
+def limits(conn: sqlite3.Connection) -> LimitState:
+    """Every limit's state as the store holds it (:class:`LimitState`)."""
+    return _limit_state(conn, _LIMITS_SQLITE)
+
+
+def limits_postgres(conn: Any) -> LimitState:
+    """:func:`limits` on PostgreSQL (its JSON functions' names differ)."""
+    return _limit_state(conn, _LIMITS_POSTGRES)
+
+
+def _limit_state(conn: Any, statement: str) -> LimitState:
+    row = conn.execute(statement, (RATE_PREFIX, RATE_PREFIX[:-1] + ";")).fetchone()
+    running, budgets, rates, policies = (orjson.loads(part) for part in row)
+    return LimitState(
+        [(ns, queue, int(n)) for ns, queue, n in running],
+        [(load_budget(tuple(b[:-1])), bool(b[-1])) for b in budgets],
+        [(key[len(RATE_PREFIX) :], _pool(orjson.loads(value))) for key, value in rates],
+        [(tuple(p[:-2]), p[-2], p[-1] or 0) for p in policies],
     )
-    rows = conn.execute(
-        f"SELECT {', '.join('p.' + c.strip() for c in _POLICY_COLS.split(','))}, "
-        f"(SELECT u.window_start {latest}), (SELECT u.used {latest}) "
-        "FROM policies p ORDER BY p.namespace, p.queue"
-    ).fetchall()
-    return [(tuple(row[:-2]), row[-2], row[-1] or 0) for row in rows]
+
+
+def _pool(state: list[Any]) -> tuple[int, int, int]:
+    units, as_of, in_flight = state
+    return int(units), int(as_of), int(in_flight)
 
 
 def heartbeat(conn: sqlite3.Connection, daemon: str, now: int, lapse_ms: int) -> int:
@@ -80,14 +122,6 @@ def leave(conn: sqlite3.Connection, daemon: str) -> None:
     conn.execute("DELETE FROM members WHERE daemon = ?", (daemon,))
 
 
-#: Settings keys of figures the daemons share per namespace: ``enqueue_rate``
-#: pools and the retention leader's retained bytes. Under the reserved
-#: ``quota:`` prefix, so no settings listing shows them, and no quota document is
-#: read from them (daemon.store.families.namespace_of).
-RATE_PREFIX = "quota:rate:"
-RETAINED_PREFIX = "quota:retained:"
-
-
 def _shared(conn: sqlite3.Connection, prefix: str) -> list[tuple[str, Any]]:
     """(namespace, decoded value) of every settings row under ``prefix``."""
     rows = conn.execute(
@@ -103,11 +137,6 @@ def _share(conn: sqlite3.Connection, prefix: str, namespace: str, value: Any, no
         "ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
         (prefix + namespace, orjson.dumps(value).decode(), now),
     )
-
-
-def rates(conn: sqlite3.Connection) -> list[tuple[str, tuple[int, int, int]]]:
-    """(namespace, pool state) of every stored ``enqueue_rate`` pool."""
-    return [(ns, (int(u), int(a), int(f))) for ns, (u, a, f) in _shared(conn, RATE_PREFIX)]
 
 
 def save_rate(conn: sqlite3.Connection, namespace: str, state: tuple[int, int, int],

@@ -203,23 +203,14 @@ class EpochStore(Protocol):
     def bump(self) -> int:
         """Lock the epoch row to the commit and advance it; the new epoch."""
 
-    def running(self) -> list[tuple[str, str, int]]:
-        """(namespace, queue, jobs running) of every queue with running jobs."""
-
-    def budgets(self) -> list[tuple[Any, bool]]:
-        """Every budget, loaded, and whether any job is parked on it."""
-
-    def policies(self) -> list[tuple[tuple[Any, ...], int | None, int]]:
-        """Every policy row with its latest window's start and usage."""
+    def limits(self) -> Any:
+        """Every limit's state, in one read (:class:`daemon.store.epoch.LimitState`)."""
 
     def heartbeat(self, daemon: str, now: int, lapse_ms: int) -> int:
         """Say ``daemon`` is alive; how many daemons are."""
 
     def leave(self, daemon: str) -> None:
         """``daemon`` stops."""
-
-    def rates(self) -> list[tuple[str, tuple[int, int, int]]]:
-        """(namespace, pool state) of every stored ``enqueue_rate`` pool."""
 
     def save_rate(self, namespace: str, state: tuple[int, int, int], now: int) -> None:
         """Write a namespace's ``enqueue_rate`` pool."""

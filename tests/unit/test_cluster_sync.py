@@ -18,7 +18,8 @@ from actors import lifecycle as lc
 from actors.counts import QueueCounts
 from actors.errors import Refused
 from daemon.admission.cluster import ClusterSync
-from tests.unit.harness import call, claim_jobs, enqueue_job, running_core
+from daemon.dispatch import prepare
+from tests.unit.harness import call, claim_jobs, db_counts, enqueue_job, mem_counts, running_core
 
 
 def attach(core) -> ClusterSync:
@@ -187,6 +188,33 @@ async def test_a_committed_limit_write_tells_the_other_daemons_and_a_refused_one
         await enqueue_job(core)  # not a limit's setting
         await call(core, "quota_set", quota={"max_pending": 5})
         assert len(told) == 2
+
+
+async def test_a_recount_beside_writes_of_its_transaction_counts_each_move_once(
+    tmp_path, autojump_clock
+):
+    """A refresh whose transaction also holds completions and a claim (queued
+    before it): memory must still equal the store after the commit. Counted
+    after those writes, a completion would be counted twice, and one running
+    job too few lets a claim past a cap (found by the 10,000-claim race)."""
+    async with running_core(tmp_path, timers=False) as core:
+        sync = attach(core)
+        for _ in range(4):
+            await enqueue_job(core)
+        a, b = await claim_jobs(core, max=2)
+        session = core.auth.new_session()
+        calls = [("complete", {"job_id": j["id"], "lease": j["lease"]}) for j in (a, b)]
+        calls.append(("claim_next", {"queues": ["q"]}))
+        settled = trio.Semaphore(0)
+        for op, args in calls:  # queued in one step: one transaction, in this order
+            core.writer.submit(prepare(core, session, op, args).write,
+                               lambda _r, _e: settled.release())  # fmt: skip
+        sync.refresh()  # the recount joins the same transaction, after them
+        for _ in calls:
+            await settled.acquire()
+        await trio.testing.wait_all_tasks_blocked()
+        assert mem_counts(core) == db_counts(core)
+        assert mem_counts(core)[("default", "q")]["running"] == 1
 
 
 def test_set_state_replaces_one_state_and_keeps_the_totals():

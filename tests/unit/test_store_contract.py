@@ -506,3 +506,37 @@ def test_bound_counts_the_unfinished_jobs_of_one_budget_by_cost(store):
     assert bound == {3: 2, 1: 1}
     assert store.write(lambda tx: tx.store.budgets.bound("ns", "cpu")) == {2: 1}
     assert store.write(lambda tx: tx.store.budgets.bound("ns", "none")) == {}
+
+
+def test_the_limit_state_is_read_back_whole_in_one_statement(store):
+    """What a daemon reads back after another wrote (daemon.admission.cluster):
+    the same values on both stores, through each one's JSON functions."""
+    empty = store.write(lambda tx: tx.store.epoch.limits())
+    assert (empty.running, empty.budgets, empty.rates, empty.policies) == ([], [], [], [])
+    _insert(store, _job("a"), _job("b"), _job("c", parked_on="gpu", budgets='[{"key":"gpu"}]'))
+    _claim(store, limit=2)
+    policy = ("ns", "q", '{"max_in_flight":3}', T, T + 1, "alice", None, "api")
+
+    def write(tx):
+        tx.store.budgets.save(
+            "ns", "gpu", allocation=5, strategy={"type": "while_in_flight"}, created_at=T,
+            updated_at=T, units=2**40, as_of_ms=T, in_flight=2, source="config",
+        )  # fmt: skip
+        tx.store.policies.save(policy)
+        tx.store.policies.charge("ns", "q", T - 1000, 4)
+        tx.store.policies.charge("ns", "q", T, 7)
+        tx.store.epoch.save_rate("ns", (10, T, 0), T)
+        return tx.store.epoch.limits()
+
+    state = store.write(write)
+    assert state.running == [("ns", "q", 2)]
+    ((budget, parked),) = state.budgets
+    assert parked is True and (budget.namespace, budget.key, budget.source) == (
+        "ns",
+        "gpu",
+        "config",
+    )
+    assert (budget.pool.spec.allocation, budget.pool.in_flight) == (5, 2)
+    assert budget.pool.raw() == store.write(lambda tx: tx.store.budgets.load_all())[0].pool.raw()
+    assert state.rates == [("ns", (10, T, 0))]
+    assert state.policies == [(policy, T, 7)]
