@@ -27,7 +27,9 @@ import attrs
 from actors.lifecycle import STATES
 from actors.limits import NAME_RE
 from daemon import __version__
+from daemon.dispatch import MINIMAL_VERBS
 from daemon.openapi_shapes import (
+    ANSWER_FORM,
     ANSWERS,
     COMMON,
     COMPONENTS,
@@ -198,6 +200,8 @@ def _ops_paths(components: dict[str, Schema]) -> Schema:
             continue
         body = args_schema(verb.args, components)
         body["properties"]["namespace"] = NAME  # every verb: popped by the dispatcher
+        if verb_name in MINIMAL_VERBS:  # popped by the dispatcher too
+            body["properties"]["answer"] = ANSWER_FORM
         components[f"{verb_name}_call"] = body
         operation = _operation(
             (verb.plan.__doc__ or verb_name).strip().splitlines()[0],
@@ -225,7 +229,8 @@ def _rest_paths(components: dict[str, Schema]) -> Schema:
         ns,
     ]
     flags = {k: {"type": "boolean"} for k in ("duplicate", "folded", "shed")}
-    flat_job = {"allOf": [ref("Job"), obj(list(flags), **flags)]}
+    flat_job = {"anyOf": [{"allOf": [ref(kind), obj(list(flags), **flags)]}
+                          for kind in ("Job", "JobBrief")]}  # fmt: skip
     one_or_many = {"anyOf": [ref("enqueue_call"), ref("enqueue_many_call")]}
     budget_set = args_schema(VERBS["budget_put"].args, components, drop=frozenset({"key"}))
     budget_patch = args_schema(VERBS["budget_patch"].args, components, drop=frozenset({"key"}))

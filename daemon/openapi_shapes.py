@@ -165,11 +165,26 @@ COMPONENTS: dict[str, Schema] = {
             "admission": {"type": ["object", "null"]},
         },
     },
+    #: ``answer: "minimal"``'s job object (PROTOCOL.md, "Smaller answers").
+    "JobBrief": {
+        "type": "object",
+        "required": ["id", "status"],
+        "properties": {
+            "id": {"type": "string"},
+            "status": {"type": "string", "enum": list(STATES)},
+            "lease": {"type": "string"},
+        },
+    },
     "Enqueued": {
         "type": "object",
         "required": ["job", "duplicate", "folded", "shed"],
         "properties": {
-            "job": {"$ref": "#/components/schemas/Job"},
+            "job": {
+                "anyOf": [
+                    {"$ref": "#/components/schemas/Job"},
+                    {"$ref": "#/components/schemas/JobBrief"},
+                ]
+            },
             "duplicate": {"type": "boolean"},
             "folded": {"type": "boolean"},
             "shed": {"type": "boolean"},
@@ -225,6 +240,10 @@ JOBS_PAGE = obj(
     next={"type": ["string", "null"]},
 )
 CLAIMED = obj(["job"], job=ref("Job"), admission={"type": ["object", "null"]})
+#: A job object, or its brief form where the call asked ``answer: "minimal"``.
+JOB_OR_BRIEF: Schema = {"anyOf": [ref("Job"), ref("JobBrief")]}
+#: ``answer``'s values (the verbs of daemon.dispatch.MINIMAL_VERBS take it).
+ANSWER_FORM: Schema = {"type": "string", "enum": ["full", "minimal"]}
 BUDGET_ANSWER = obj(["budget"], budget=ref("Budget"))
 POLICY_ANSWER = obj(["policy"], policy=ref("Policy"))
 EMPTY = obj()
@@ -250,10 +269,10 @@ RESULTS: dict[str, Schema] = {
         deferred={"type": "array", "items": OBJECT},
     ),
     "claim": CLAIMED,
-    "heartbeat": obj(["lease_expires_at"], lease_expires_at=INT),
-    "complete": obj(["job"], job=ref("Job")),
-    "fail": obj(["job"], job=ref("Job")),
-    "release": obj(["job"], job=ref("Job")),
+    "heartbeat": obj(["lease_expires_at"], lease_expires_at=INT, job=ref("JobBrief")),
+    "complete": obj(["job"], job=JOB_OR_BRIEF),
+    "fail": obj(["job"], job=JOB_OR_BRIEF),
+    "release": obj(["job"], job=JOB_OR_BRIEF),
     "status": obj(
         ["namespace", "queues"],
         namespace=NAME,
