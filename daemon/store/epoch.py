@@ -90,7 +90,7 @@ def limits_postgres(conn: Any) -> LimitState:
 
 
 def _limit_state(conn: Any, statement: str) -> LimitState:
-    row = conn.execute(statement, (RATE_PREFIX, RATE_PREFIX[:-1] + ";")).fetchone()
+    row = conn.execute(statement, _key_range(RATE_PREFIX)).fetchone()
     running, budgets, rates, policies = (orjson.loads(part) for part in row)
     return LimitState(
         [(ns, queue, int(n)) for ns, queue, n in running],
@@ -122,11 +122,16 @@ def leave(conn: sqlite3.Connection, daemon: str) -> None:
     conn.execute("DELETE FROM members WHERE daemon = ?", (daemon,))
 
 
+def _key_range(prefix: str) -> tuple[str, str]:
+    """The settings keys under ``prefix`` (ending ``:``) as ``key >= ? AND key < ?``
+    bounds: ";" follows ":"."""
+    return prefix, prefix[:-1] + ";"
+
+
 def _shared(conn: sqlite3.Connection, prefix: str) -> list[tuple[str, Any]]:
     """(namespace, decoded value) of every settings row under ``prefix``."""
     rows = conn.execute(
-        "SELECT key, value FROM settings WHERE key >= ? AND key < ?",
-        (prefix, prefix[:-1] + ";"),  # ";" follows ":": the prefix's range
+        "SELECT key, value FROM settings WHERE key >= ? AND key < ?", _key_range(prefix)
     ).fetchall()
     return [(key[len(prefix) :], orjson.loads(value)) for key, value in rows]
 
