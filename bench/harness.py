@@ -58,6 +58,9 @@ class BenchDaemon:
         keep: bool = False,
     ) -> None:
         self.synchronous = synchronous
+        # BENCH_LOOP_PROBE="" turns the probe off (callgrind: a timer every 5 ms
+        # of a daemon slowed 50x would outweigh the requests counted).
+        loop_probe = os.environ.get("BENCH_LOOP_PROBE", loop_probe) if loop_probe else loop_probe
         self.workdir = Path(tempfile.mkdtemp(prefix="sluice-bench-"))
         self.state = self.workdir / "state"
         self.socket = self.state / "sluicegate.sock"
@@ -72,7 +75,7 @@ class BenchDaemon:
             f'state_dir = "{self.state}"\n'
             f'http = "{f"127.0.0.1:{self.port}" if self.port else ""}"\n'
             f'synchronous = "{synchronous}"\n'
-            + (f'loop_probe = "{loop_probe}"\n' if loop_probe is not None else "")
+            + (f'loop_probe = "{loop_probe}"\n' if loop_probe else "")
             + extra_config
         )
         self.log = self.workdir / "daemon.log"

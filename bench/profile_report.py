@@ -7,6 +7,11 @@
   counted once per stack), lines merged per function.
 
     .venv/bin/python bench/profile_report.py /tmp/prof/batched-normal.txt [--top 40]
+
+Stacks recorded with ``py-spy record --native`` (C frames too) also get the
+per-request breakdown of issue 16 (:func:`native_breakdown`): each sample is
+put in one stage by its innermost Python frame and, when it is in C, by the
+library it is in (SQLite's C, a system call, orjson).
 """
 
 from __future__ import annotations
@@ -95,6 +100,83 @@ def collapsed(path: Path, top: int) -> str:
     return "\n".join(out)
 
 
+#: Stages of a request, matched in order against a native sample's innermost
+#: Python frame (after the C-level checks of :func:`stage`).
+STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("WAL checkpoint (its own thread)", ("_thread_cache.py",)),
+    ("framing (split, parse, wide-int check)", ("daemon/transport/framing.py (parse", "LineFramer",
+                                                 "daemon/transport/wide_ints.py")),
+    ("answer building and encoding", ("to_wire", "encode_ok", "encode_error", "_claimed (",
+                                      "_result (", "dispatch.py (answer", "_minimal", "small (")),
+    ("argument checks", ("daemon/verbs/args.py", "cattrs", "daemon/strict.py", "validation.py")),
+    ("metrics", ("prometheus_client", "daemon/metrics")),
+    ("admission (door, quotas, policies, budgets, views)", ("daemon/admission/",)),
+    ("commit loop (BEGIN, COMMIT, pending, settle)", ("daemon/store/database.py",
+                                                      "daemon/store/transaction.py")),
+    ("store Python (journal, SQL calls, rows)", ("daemon/store/",)),
+    ("verbs (plan, write, answer)", ("daemon/verbs/",)),
+    ("dispatch and the connection (requests in flight, idle sweeper)",
+     ("daemon/dispatch.py", "daemon/transport/", "daemon/session.py")),
+    ("ids, clock, counts (actors)", ("actors/",)),
+    ("Trio scheduling (run loop, tasks, events)", ("trio/", "outcome/", "contextlib")),
+)  # fmt: skip
+_SYSCALLS = {"write": "socket write", "__libc_write": "socket write", "read": "socket read",
+             "__libc_read": "socket read", "epoll_wait": "epoll", "epoll_ctl": "epoll",
+             "pwrite64": "SQLite file I/O", "__libc_pwrite64": "SQLite file I/O",
+             "__libc_pread64": "SQLite file I/O", "pread64": "SQLite file I/O",
+             "fcntl64": "SQLite file locks", "__libc_fcntl64": "SQLite file locks",
+             "fdatasync": "SQLite file I/O"}  # fmt: skip
+
+
+def stage(frames: list[str]) -> str:
+    """The stage of one native sample (frames outermost first)."""
+    leaf = frames[-1]
+    python = [f for f in frames if ".py" in f or "<frozen" in f]
+    inner = python[-1] if python else leaf
+    if any("_thread_cache.py" in f for f in python):
+        # A thread of Trio's cache: waiting for work (py-spy sees a futex wait
+        # as running) unless it is running the checkpoint.
+        return IDLE if "WorkerThread._work" in inner else STAGES[0][0]
+    for f in reversed(frames):
+        if ".py" in f:
+            break
+        name = f.split(" (")[0]
+        if name in _SYSCALLS:
+            return f"system call: {_SYSCALLS[name]}"
+        if "libsqlite3" in f or "_sqlite3" in f:
+            if "daemon/store/database.py" in inner:
+                return "SQLite C: BEGIN/COMMIT"
+            return "SQLite C: statements"
+        if "orjson" in f:
+            return STAGES[2][0] if "encode" in inner else STAGES[1][0]
+    for name, markers in STAGES[1:]:
+        if any(m in inner for m in markers):
+            return name
+    return "other (stdlib, interpreter start-up)"
+
+
+IDLE = "idle worker thread"
+
+
+def native_breakdown(path: Path) -> str:
+    """Samples per stage of a ``py-spy --native`` raw profile, as shares."""
+    stages: Counter[str] = Counter()
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        frames = [_frame_key(f) for f in stack.split(";")]
+        frames = [f for f in frames if not f.startswith(("process ", "thread "))]
+        name = stage(frames) if frames else IDLE
+        if name != IDLE:
+            stages[name] += int(count)
+            total += int(count)
+    out = [f"{path.name}: {total} native samples (idle threads left out), by stage:"]
+    out += [f"{n:>8} {n / total:6.1%}  {k}" for k, n in stages.most_common()]
+    return "\n".join(out)
+
+
 def cprofile(path: Path, top: int) -> None:
     """pstats' top functions by tottime, then by cumtime, on stdout."""
     stats = pstats.Stats(str(path), stream=sys.stdout)
@@ -116,6 +198,9 @@ def main(argv: list[str] | None = None) -> int:
             cprofile(path, args.top)
         else:
             print(collapsed(path, args.top))
+            if "(libpython" in path.read_text()[:200_000]:
+                print()
+                print(native_breakdown(path))
         print()
     return 0
 

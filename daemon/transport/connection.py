@@ -69,13 +69,13 @@ class Connection:
         self.dirty = dirty  # the server's set of connections with answers to flush
         self.sending = False
         self.has_output = trio.Event()
-        self.drained = trio.Event()  # set while nothing is queued or being sent
-        self.drained.set()
         self.in_flight = 0
-        self.idle = trio.Event()
-        self.idle.set()
-        self.room = trio.Event()  # set while fewer than MAX_IN_FLIGHT are in flight
-        self.room.set()
+        # Made only when a task waits (drain, close, backpressure): the request
+        # path then creates and sets no Event, where it would make two a request.
+        self._drained: trio.Event | None = None  # set when nothing is queued or being sent
+        self._idle: trio.Event | None = None  # set when no request is in flight
+        self._room: trio.Event | None = None  # set when fewer than MAX_IN_FLIGHT are
+        self._close_me = self.close  # one bound method for every idle notice
         self.waiting: set[trio.CancelScope] = set()  # answers waiting (claims)
         self.scope = trio.CancelScope()
         # Set with the scope's cancel (close()): a plain attribute, where the
@@ -89,7 +89,7 @@ class Connection:
     async def serve(self) -> None:
         """Serve until the client leaves, misbehaves, or the daemon stops."""
         try:
-            self.sweeper.idle(self, self.close)
+            self.sweeper.idle(self, self._close_me)
             with self.scope:
                 async with trio.open_nursery() as nursery:
                     self.nursery = nursery
@@ -108,6 +108,9 @@ class Connection:
             # direct write may ever reach it again.
             self.fd = -1
             self.dirty.discard(self)
+            for waiting in (self._idle, self._drained):  # a drain() from outside ends too
+                if waiting is not None:
+                    waiting.set()
             with trio.CancelScope(shield=True):
                 await self.stream.aclose()
 
@@ -123,7 +126,8 @@ class Connection:
                 if isinstance(event, Request):
                     while self.in_flight >= MAX_IN_FLIGHT:  # backpressure: pause reads
                         self.flush()
-                        await self.room.wait()
+                        self._room = trio.Event()
+                        await self._room.wait()
                     if step_ends is None:
                         step_ends = 0.0
                     elif not step_ends:
@@ -173,10 +177,7 @@ class Connection:
     def _start(self, request: Request) -> None:
         self.in_flight += 1
         if self.in_flight == 1:
-            self.idle = trio.Event()
             self.sweeper.busy(self)  # not idle until the last one ends
-        if self.in_flight >= MAX_IN_FLIGHT:
-            self.room = trio.Event()
         try:
             if request.refused is not None:  # refused by the framer (daemon.transport.wide_ints)
                 raise request.refused
@@ -253,17 +254,42 @@ class Connection:
     async def _close_soon(self) -> None:
         self.flush()
         with trio.move_on_after(1):
-            await self.drained.wait()
+            await self._until_drained()
         self.close()
 
     def _end(self) -> None:
         self.in_flight -= 1
         if self.in_flight == 0:
-            self.idle.set()
+            if self._idle is not None:
+                self._idle.set()
+                self._idle = None
             if not self.subscribed:
-                self.sweeper.idle(self, self.close)
-        if self.in_flight < MAX_IN_FLIGHT:
-            self.room.set()
+                self.sweeper.idle(self, self._close_me)
+        if self._room is not None and self.in_flight < MAX_IN_FLIGHT:
+            self._room.set()
+            self._room = None
+
+    async def _until_idle(self) -> None:
+        """Wait until no request is in flight."""
+        if self.in_flight:
+            if self._idle is None:
+                self._idle = trio.Event()
+            await self._idle.wait()
+
+    def _is_drained(self) -> bool:
+        return not self.outbox and not self.sending
+
+    async def _until_drained(self) -> None:
+        """Wait until nothing is queued or being sent."""
+        if not self._is_drained():
+            if self._drained is None:
+                self._drained = trio.Event()
+            await self._drained.wait()
+
+    def _now_drained(self) -> None:
+        if self._drained is not None:
+            self._drained.set()
+            self._drained = None
 
     def close(self) -> None:
         """End this connection: its tasks are cancelled and nothing more is sent."""
@@ -288,8 +314,6 @@ class Connection:
             self.outbox.clear()
             self.close()
             return
-        if self.drained.is_set():
-            self.drained = trio.Event()
         self.dirty.add(self)
 
     def flush(self) -> None:
@@ -308,7 +332,7 @@ class Connection:
         if sent == len(data):
             self.outbox.clear()
             self.outbox_bytes = 0
-            self.drained.set()
+            self._now_drained()
             return
         # The socket is full: the writer task waits for it to drain.
         self.outbox = [data[sent:]]
@@ -331,7 +355,7 @@ class Connection:
                     return
                 finally:
                     self.sending = False
-            self.drained.set()
+            self._now_drained()
 
     async def _flush_and_close(self) -> None:
         """The client is done sending (or sent a fatal frame): finish up, flush."""
@@ -342,12 +366,12 @@ class Connection:
             scope.cancel()
         grace = CLOSE_GRACE_S if self.closing else None
         with trio.move_on_after(grace if grace is not None else float("inf")):
-            await self.idle.wait()
+            await self._until_idle()
             self.flush()
-            await self.drained.wait()
+            await self._until_drained()
 
     async def drain(self) -> None:
         """Wait until this connection has no request in flight and all is sent."""
-        await self.idle.wait()
+        await self._until_idle()
         self.flush()
-        await self.drained.wait()
+        await self._until_drained()
