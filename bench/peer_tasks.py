@@ -18,6 +18,7 @@ from typing import Any
 from peer_tally import QUEUE, record
 
 SYSTEM = os.environ.get("PEERS_SYSTEM", "")
+SQLITE_BUSY_S = 20.0  # under peers.py's default stall timeout (30 s)
 
 if SYSTEM == "dramatiq":
     import dramatiq
@@ -57,6 +58,9 @@ elif SYSTEM.startswith("huey"):
             filename=os.environ["PEERS_SQLITE"],
             results=False,
             storage_class=NormalSqliteStorage if SYSTEM == "huey-sqlite-normal" else None,
+            # SQLite's busy timeout; huey's default 5 s failed the producer with "database
+            # is locked" at load 6 (three writers, an fsync each, SQLite's unfair busy wait).
+            timeout=SQLITE_BUSY_S,
         )
 
     @huey.task()
