@@ -72,9 +72,10 @@ LABELS = {"sluicegate": "sluicegate", "dramatiq": "dramatiq/redis", "huey-redis"
 
 
 def order(number: int, units: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """Round ``number``'s order: ``units`` rotated by one more each round, and
-    reversed every other round, so no unit always follows the same one."""
-    k = (number - 1) % len(units)
+    """Round ``number``'s order: ``units`` rotated by two more each round, and
+    reversed every other round, so that no unit keeps its place or its neighbour
+    (rotating by one and reversing would keep the first unit first in round 2)."""
+    k = 2 * (number - 1) % len(units)
     turned = units[k:] + units[:k]
     return turned if number % 2 else turned[::-1]
 
