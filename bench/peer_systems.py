@@ -298,7 +298,7 @@ class System:
         """The server's CPU seconds so far (None: no server process)."""
         return None
 
-    def client_pids(self) -> list[int]:
+    def worker_pids(self) -> list[int]:
         """The worker processes (their descendants are counted too)."""
         return []
 
@@ -347,7 +347,7 @@ class Sluicegate(System):
     def server_cpu(self) -> float | None:
         return self.daemon.cpu_seconds()
 
-    def client_pids(self) -> list[int]:
+    def worker_pids(self) -> list[int]:
         return [p.pid for p in self.procs]
 
     def _left(self, jobs: int) -> str:
@@ -406,7 +406,7 @@ class WorkerCommand(System):
     def server_cpu(self) -> float | None:
         return None if self.server is None else cpu_of(self.server.proc.pid)
 
-    def client_pids(self) -> list[int]:
+    def worker_pids(self) -> list[int]:
         return [self.proc.pid]
 
 
@@ -501,16 +501,24 @@ class PhaseRun:
     #: Enqueue sent to the job's first run, over all jobs.
     latency_p50_ms: float | None = None
     latency_p99_ms: float | None = None
-    #: CPU per job: the server (daemon, redis-server; None for huey on SQLite) and
-    #: the producer with the worker processes and their children.
+    #: CPU per job: the server (daemon, redis-server; None for huey on SQLite), the
+    #: producer, the worker processes with their children.
     server_us_per_job: float | None = None
-    client_us_per_job: float | None = None
+    producer_us_per_job: float | None = None
+    workers_us_per_job: float | None = None
     problems: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         """Every job ran and nothing went wrong."""
         return not self.problems
+
+    @property
+    def total_us_per_job(self) -> float | None:
+        """The whole system's CPU per job: server, producer and workers."""
+        if self.producer_us_per_job is None or self.workers_us_per_job is None:
+            return None
+        return (self.server_us_per_job or 0.0) + self.producer_us_per_job + self.workers_us_per_job
 
 
 def run_phase(system_name: str, phase: str, number: int, args: Any) -> PhaseRun:
@@ -545,13 +553,24 @@ def run_phase(system_name: str, phase: str, number: int, args: Any) -> PhaseRun:
     return run
 
 
-#: CPU seconds read at the start and at the end: the server's (None: no server), the clients'.
-Cpu = tuple[float | None, float | None, float, float]
+@dataclass
+class Cpu:
+    """CPU seconds used so far: the server's (None: there is none), the producer's,
+    the workers' (with their descendants)."""
+
+    server: float | None
+    producer: float
+    workers: float
+
+    @classmethod
+    def read(cls, system: System, producer: int) -> Cpu:
+        """Now."""
+        return cls(system.server_cpu(), tree_cpu([producer]), tree_cpu(system.worker_pids()))
 
 
 def _start_and_watch(
     system: System, producer: Any, shared: Shared, tally: Tally, stall_s: float, run: PhaseRun
-) -> tuple[ProducerReport | None, Cpu | None]:
+) -> tuple[ProducerReport | None, tuple[Cpu, Cpu] | None]:
     """Wait for the workers, release the barrier, watch the tally until every job
     ran; CPU is read just before the start and once the last job ran."""
     deadline = time.monotonic() + START_S
@@ -564,8 +583,7 @@ def _start_and_watch(
             run.problems.append(problem or "the workers did not get ready")
             return None, None
         time.sleep(0.02)
-    roots = [producer.pid, *system.client_pids()]
-    server0, client0 = system.server_cpu(), tree_cpu(roots)
+    cpu = Cpu.read(system, producer.pid)
     try:
         shared.barrier.wait(START_S)
     except threading.BrokenBarrierError:
@@ -598,10 +616,12 @@ def _start_and_watch(
         if report is None and not producer.is_alive() and shared.results.empty():
             run.problems.append(f"the producer exited {producer.exitcode}")
             break
-    return report, (server0, system.server_cpu(), client0, tree_cpu(roots))
+    return report, (cpu, Cpu.read(system, producer.pid))
 
 
-def _figures(run: PhaseRun, tally: Tally, report: ProducerReport | None, cpu: Cpu | None) -> None:
+def _figures(
+    run: PhaseRun, tally: Tally, report: ProducerReport | None, cpu: tuple[Cpu, Cpu] | None
+) -> None:
     """Throughput, latency, CPU, loss and duplicates from the tally and the producer."""
     counts = tally.counts()
     run.completed = tally.jobs - counts.count(0)
@@ -622,7 +642,8 @@ def _figures(run: PhaseRun, tally: Tally, report: ProducerReport | None, cpu: Cp
     run.latency_p50_ms = None if p50 is None else p50 * 1000
     run.latency_p99_ms = None if p99 is None else p99 * 1000
     if cpu is not None:
-        server0, server1, client0, client1 = cpu
-        if server0 is not None and server1 is not None:
-            run.server_us_per_job = (server1 - server0) / run.completed * 1e6
-        run.client_us_per_job = (client1 - client0) / run.completed * 1e6
+        (start, end), per_job = cpu, 1e6 / run.completed
+        if start.server is not None and end.server is not None:
+            run.server_us_per_job = (end.server - start.server) * per_job
+        run.producer_us_per_job = (end.producer - start.producer) * per_job
+        run.workers_us_per_job = (end.workers - start.workers) * per_job

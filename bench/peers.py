@@ -92,22 +92,17 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}" if value < 100 else f"{value:,.0f}"
 
 
-def _total(x: PhaseRun) -> float | None:
-    if x.client_us_per_job is None:
-        return None
-    return x.client_us_per_job + (x.server_us_per_job or 0.0)
-
-
 def runs_table(runs: list[PhaseRun]) -> str:
     """Every run, in the order they ran."""
     rows = [("round", "system", "phase", "jobs ran", "dup", "seconds", "jobs/s", "enqueue/s",
-             "latency p50/p99 ms", "server us/job", "clients us/job", "ok")]  # fmt: skip
+             "latency p50/p99 ms", "server us/job", "producer us/job", "workers us/job",
+             "ok")]  # fmt: skip
     for x in runs:
         rows.append((
             str(x.round), LABELS[x.system], x.phase, f"{x.completed}/{x.jobs}",
             str(x.duplicates), f"{x.seconds:.2f}", _int(x.jobs_per_s), _int(x.enqueue_per_s),
             f"{_ms(x.latency_p50_ms)} / {_ms(x.latency_p99_ms)}", _int(x.server_us_per_job),
-            _int(x.client_us_per_job), "yes" if x.ok else "NO",
+            _int(x.producer_us_per_job), _int(x.workers_us_per_job), "yes" if x.ok else "NO",
         ))  # fmt: skip
     return align(rows, left=3)
 
@@ -125,8 +120,8 @@ def _median(runs: list[PhaseRun], get: Callable[[PhaseRun], float | None],
 def summary(runs: list[PhaseRun]) -> str:
     """Per system and phase: medians over the rounds, ranges (min-max) for jobs/s and CPU."""
     rows = [("system", "phase", "runs", "jobs/s median (min-max)", "enqueue/s",
-             "latency p50/p99 ms", "server us/job (min-max)", "clients us/job",
-             "total us/job", "dup", "ok")]  # fmt: skip
+             "latency p50/p99 ms", "server us/job (min-max)", "producer us/job",
+             "workers us/job", "total us/job", "dup", "ok")]  # fmt: skip
     notes: list[str] = []
     ran = {x.system for x in runs}
     units = [u for u in UNITS if u[0] == "sluicegate" and u[0] in ran]
@@ -137,7 +132,7 @@ def summary(runs: list[PhaseRun]) -> str:
             if note not in notes:
                 notes.append(note)
             mark = f"{DASH} ({notes.index(note) + 1})"
-            rows.append((LABELS[system], phase, "0", mark, *[DASH] * 7))
+            rows.append((LABELS[system], phase, "0", mark, *[DASH] * 8))
             continue
         mine = [x for x in runs if (x.system, x.phase) == (system, phase)]
         if not mine:
@@ -150,7 +145,9 @@ def summary(runs: list[PhaseRun]) -> str:
             f"{_median(mine, lambda x: x.latency_p50_ms, _ms)} / "
             f"{_median(mine, lambda x: x.latency_p99_ms, _ms)}",
             _median(mine, lambda x: x.server_us_per_job, spread=True),
-            _median(mine, lambda x: x.client_us_per_job), _median(mine, _total),
+            _median(mine, lambda x: x.producer_us_per_job),
+            _median(mine, lambda x: x.workers_us_per_job),
+            _median(mine, lambda x: x.total_us_per_job),
             str(sum(x.duplicates for x in mine)), f"{ok}/{len(mine)}",
         ))  # fmt: skip
     lines = [f"({i}) {note}" for i, note in enumerate(notes, start=1)]
@@ -220,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"FAILED round {x.round} {LABELS[x.system]} {x.phase}: {'; '.join(x.problems)}")
     if args.json:
         doc = {"command": command, "environment": env, "setup": setup, "load_end": load_end,
-               "runs": [asdict(x) for x in runs]}  # fmt: skip
+               "runs": [{**asdict(x), "total_us_per_job": x.total_us_per_job}
+                        for x in runs]}  # fmt: skip
         Path(args.json).write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
     return 1 if failed else 0
 
