@@ -177,6 +177,43 @@ def native_breakdown(path: Path) -> str:
     return "\n".join(out)
 
 
+#: Built-in functions of cProfile's table, by the stage they do the work of.
+_BUILTINS = (("'write'", "system call: socket write"), ("posix.write", "system call: socket write"),
+             ("posix.read", "system call: socket read"), ("epoll", "system call: epoll"),
+             ("sqlite3", "SQLite C: statements"), ("orjson.dumps", STAGES[2][0]),
+             ("orjson.loads", STAGES[1][0]))  # fmt: skip
+
+
+def cprofile_breakdown(path: Path, jobs: int | None = None) -> str:
+    """Own time per stage of a cProfile table: a function's own time goes to
+    the stage of its file; a built-in's is split over its callers' stages (or
+    goes to its kind: a system call, SQLite, orjson). Start-up (imports) is
+    left out."""
+    stats = pstats.Stats(str(path)).stats  # type: ignore[attr-defined]
+    stages: Counter[str] = Counter()
+    for (file, _line, func), (_cc, _nc, own, _cum, callers) in stats.items():
+        if file != "~":
+            stages[stage([f"{func} ({_short(file)})"])] += own
+            continue
+        kind = next((st for marker, st in _BUILTINS if marker in func), None)
+        spent = sum(c[2] for c in callers.values()) or 1.0
+        for (cfile, _cl, cfunc), c in callers.items():
+            caller = stage([f"{cfunc} ({_short(cfile)})"])
+            name = kind or caller
+            if name == "SQLite C: statements" and caller == STAGES[6][0]:
+                name = "SQLite C: BEGIN/COMMIT"  # the commit loop's own statements
+            stages[name] += own * c[2] / spent
+    for left_out in (IDLE, "other (stdlib, interpreter start-up)"):
+        stages.pop(left_out, None)
+    total = sum(stages.values())
+    per = f", µs per job over {jobs} jobs" if jobs else ""
+    out = [f"{path.name}: {total:.2f} s of own time after start-up, by stage{per}:"]
+    for k, v in stages.most_common():
+        cost = f"  {v / jobs * 1e6:8.1f}" if jobs else ""
+        out.append(f"{v:8.2f} {v / total:6.1%}{cost}  {k}")
+    return "\n".join(out)
+
+
 def cprofile(path: Path, top: int) -> None:
     """pstats' top functions by tottime, then by cumtime, on stdout."""
     stats = pstats.Stats(str(path), stream=sys.stdout)

@@ -4,7 +4,8 @@
 wait_ms=...)``, so it never holds more jobs than it can run, and runs the
 handler for each: an ``async def`` on the event loop, a plain function in a
 thread (``trio.to_thread``). While a job runs, its lease is extended every
-``lease_ms / 3``. The handler's return value completes the job (it is the
+``lease_ms / 3`` (one task keeps every job's lease,
+:mod:`daemon.sdk.lease_keeper`). The handler's return value completes the job (it is the
 ``result``; completions go out in batches, :mod:`daemon.sdk.completer`); an
 exception fails it with the exception's text, and the daemon
 schedules the retry. A handler may also settle the job itself (``await
@@ -35,6 +36,7 @@ import trio
 from daemon.sdk.completer import BatchCompleter
 from daemon.sdk.errors import ConnectionLost, LeaseLost, SluicegateError
 from daemon.sdk.job import TrioJob
+from daemon.sdk.lease_keeper import LeaseKeeper
 from daemon.sdk.trio_client import TrioClient, collapse
 
 log = logging.getLogger("sluicegate.worker")
@@ -117,6 +119,7 @@ class Worker:
         self._no_more_jobs = trio.Event()
         #: Completions go out in batches (one ``complete_many`` per batch).
         self._completer = BatchCompleter(client)
+        self._keeper = LeaseKeeper()
 
     def statistics(self) -> WorkerStats:
         """The worker's counters now."""
@@ -166,6 +169,7 @@ class Worker:
             async with trio.open_nursery() as settling:
                 # The completer lives as long as the jobs (and their grace), no longer.
                 await settling.start(self._completer.run)
+                await settling.start(self._keeper.run)
                 async with trio.open_nursery() as jobs:
                     task_status.started(jobs)
                     await self._no_more_jobs.wait()
@@ -219,13 +223,14 @@ class Worker:
 
     async def _work(self, job: TrioJob) -> _Outcome:
         outcome = _Outcome()
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._keep_alive, job, nursery.cancel_scope, outcome)
+        with trio.CancelScope() as scope:  # cancelled by the keeper if the lease is lost
+            self._keeper.keep(job, scope, outcome)
             try:
                 outcome.value = await self._invoke(job)
             except Exception as exc:
                 outcome.error = exc
-            nursery.cancel_scope.cancel()
+            finally:
+                self._keeper.drop(job)
         return outcome
 
     async def _invoke(self, job: TrioJob) -> Any:
@@ -234,20 +239,6 @@ class Worker:
                 self.handler, job, abandon_on_cancel=True, limiter=self._threads
             )
         return await self.handler(job)  # type: ignore[misc]
-
-    async def _keep_alive(self, job: TrioJob, scope: trio.CancelScope, outcome: _Outcome) -> None:
-        interval = max(0.05, job.lease_ms / 3000)
-        while True:
-            await trio.sleep(interval)
-            try:
-                await job.heartbeat()
-            except LeaseLost:
-                log.warning("job %s: lease lost; cancelling its handler", job.id)
-                outcome.lost = True
-                scope.cancel()
-                return
-            except SluicegateError as exc:
-                log.warning("job %s: heartbeat failed: %s", job.id, exc)
 
     async def _settle(self, job: TrioJob, outcome: _Outcome) -> None:
         try:
