@@ -6,7 +6,11 @@ it) when the job ends, which for short jobs is most of what the worker does
 per job. Here a job is an entry in a dict: :meth:`LeaseKeeper.keep` adds it
 with its next beat, :meth:`LeaseKeeper.drop` removes it, and one task sleeps
 until the earliest beat, sends the beats that are due, each in its own task
-(a slow answer delays no other job's beat), and sleeps again. A beat that
+(a slow answer delays no other job's beat), and sleeps again. A job whose
+beat is earlier than the sleep's end moves that end (a cancel scope's
+deadline, set from outside: no wake-up, no task step); a job that ends first
+leaves it, and the task wakes once for nothing, at most once per beat
+interval however many jobs came and went. A beat that
 finds the lease lost marks the job's outcome and cancels its handler's scope:
 another worker owns the job now.
 """
@@ -40,15 +44,14 @@ class LeaseKeeper:
     def __init__(self) -> None:
         #: job -> (next beat on Trio's clock, the handler's scope, its outcome)
         self._kept: dict[TrioJob, tuple[float, trio.CancelScope, Lost]] = {}
-        self._next = math.inf  # the earliest beat the sleeping task waits for
-        self._wake = trio.Event()
+        self._sleep = trio.CancelScope()  # the task's sleep until the earliest beat
 
     def keep(self, job: TrioJob, scope: trio.CancelScope, outcome: Lost) -> None:
         """Keep ``job``'s lease while its handler runs in ``scope``."""
         beat = trio.current_time() + self.interval(job)
         self._kept[job] = (beat, scope, outcome)
-        if beat < self._next:
-            self._wake.set()
+        if beat < self._sleep.deadline:
+            self._sleep.deadline = beat
 
     def drop(self, job: TrioJob) -> None:
         """``job``'s handler ended: no more beats (one in flight is ignored)."""
@@ -64,10 +67,9 @@ class LeaseKeeper:
         async with trio.open_nursery() as beats:
             task_status.started()
             while True:
-                self._next = min((beat for beat, _, _ in self._kept.values()), default=math.inf)
-                self._wake = trio.Event()
-                with trio.move_on_at(self._next):
-                    await self._wake.wait()  # an earlier beat was added
+                earliest = min((beat for beat, _, _ in self._kept.values()), default=math.inf)
+                with trio.CancelScope(deadline=earliest) as self._sleep:
+                    await trio.sleep_forever()  # until the earliest beat (keep() may move it)
                 now = trio.current_time()
                 for job, (beat, scope, outcome) in list(self._kept.items()):
                     if beat <= now:
