@@ -1,0 +1,180 @@
+"""A real Core on its own Trio run, driven step by step from synchronous code.
+
+Hypothesis state machines are synchronous, a Core lives inside one ``trio.run``
+(its group committer, reaper, delay timer and budget waker are tasks, and its
+events and cancel scopes belong to that run). So :class:`CoreDriver` keeps one
+``trio.run`` alive in a thread for a whole example and each rule hands it one
+coroutine with :func:`trio.from_thread.run`, waiting for the answer.
+
+Time is :class:`trio.testing.MockClock` with ``rate=0`` and no autojump: it
+moves only when a rule says so (:meth:`CoreDriver.advance`), never while the
+run idles between steps. After every call and every jump the driver waits for
+:func:`trio.testing.wait_all_tasks_blocked`, so the step ends quiescent: the
+reaper has reaped what lapsed, the delay timer promoted what came due, and the
+budget waker released what the budgets can pay. A step's outcome therefore
+depends only on the steps before it, which is what makes the run reproducible
+(derandomized hypothesis) and shrinkable.
+
+A restart (:meth:`CoreDriver.restart`) cancels the Core's tasks, closes the
+SQLite connection and builds a new Core on the same files, its wall clock
+continuing where the old one stopped.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import trio
+import trio.testing
+
+from actors.clock import Clock
+from daemon.config import Config, parse_config
+from daemon.core import Core
+from daemon.dispatch import dispatch
+from daemon.store.opening import open_database
+
+T = TypeVar("T")
+
+#: The wall instant every model run starts at (2023-11-14T22:13:20Z).
+WALL0 = 1_700_000_000_000
+
+
+def model_config() -> Config:
+    """Open mode, with no admin write limit (the model changes limits often)."""
+    return parse_config({"daemon": {"admin_write_rate": "unlimited"}}, "model.toml")
+
+
+class CoreDriver:
+    """One Core on one Trio run in a thread; every method is called from outside it."""
+
+    def __init__(self, directory: Path, config: Config | None = None) -> None:
+        self.path = directory / "db.sqlite"
+        self.config = config or model_config()
+        self.clock = trio.testing.MockClock()
+        self.core: Core | None = None
+        self._ready = threading.Event()
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._stop: trio.Event | None = None
+        self._nursery: trio.Nursery | None = None
+        self._core_scope: trio.CancelScope | None = None
+        self._core_done: trio.Event | None = None
+        self._failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._thread_main, name="model-trio", daemon=True)
+        self._thread.start()
+        self._ready.wait()
+        if self._failure is not None:
+            raise self._failure
+        self.call(self._open, WALL0)
+
+    # -- the Trio side --------------------------------------------------------
+
+    def _thread_main(self) -> None:
+        try:
+            trio.run(self._main, clock=self.clock)
+        except BaseException as exc:  # noqa: BLE001 (reported to the caller)
+            self._failure = exc
+            self._ready.set()
+
+    async def _main(self) -> None:
+        self._token = trio.lowlevel.current_trio_token()
+        self._stop = trio.Event()
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            self._ready.set()
+            await self._stop.wait()
+            nursery.cancel_scope.cancel()
+
+    async def _open(self, wall_ms: int) -> None:
+        assert self._nursery is not None
+        db = open_database(self.path)
+        core = Core(self.config, db, Clock(wall_start_ms=wall_ms))
+        scope, done = trio.CancelScope(), trio.Event()
+
+        async def run_core(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+            try:
+                with scope:
+                    await core.run(task_status=task_status)
+            finally:
+                db.conn.close()
+                done.set()
+
+        await self._nursery.start(run_core)
+        self.core, self._core_scope, self._core_done = core, scope, done
+        await trio.testing.wait_all_tasks_blocked()
+
+    async def _close(self) -> int:
+        assert self.core is not None and self._core_scope is not None
+        assert self._core_done is not None
+        wall = self.core.clock.now_ms()
+        self._core_scope.cancel()
+        await self._core_done.wait()
+        self.core = None
+        return wall
+
+    async def _settled(self, fn: Callable[[], Awaitable[T]]) -> T:
+        try:
+            return await fn()
+        finally:
+            await trio.testing.wait_all_tasks_blocked()
+
+    async def _advance(self, ms: int) -> None:
+        self.clock.jump(ms / 1000)
+        await trio.testing.wait_all_tasks_blocked()
+
+    # -- the caller's side ----------------------------------------------------
+
+    def call(self, afn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """Run ``afn(*args)`` on the Trio run, then let every task settle."""
+        return trio.from_thread.run(
+            self._settled, lambda: afn(*args), trio_token=self._token
+        )
+
+    def verb(self, op: str, **args: Any) -> dict[str, Any]:
+        """Call verb ``op`` in open mode, as a fresh connection would."""
+
+        async def go() -> dict[str, Any]:
+            assert self.core is not None
+            return await dispatch(self.core, self.core.auth.new_session(), op, args)
+
+        return self.call(go)
+
+    def now_ms(self) -> int:
+        """The Core's wall clock, in ms."""
+        assert self.core is not None
+        return self.call(self._now)
+
+    async def _now(self) -> int:
+        assert self.core is not None
+        return self.core.clock.now_ms()
+
+    def advance(self, ms: int) -> None:
+        """Move virtual time by ``ms`` and let every timer fire."""
+        self.call(self._advance, ms)
+
+    def restart(self) -> None:
+        """Stop the Core, close its store, and open a new Core on the same files."""
+
+        async def go() -> None:
+            await self._open(await self._close())
+
+        self.call(go)
+
+    def close(self) -> None:
+        """Stop the Core and the Trio run; wait for the thread."""
+        if self._token is None or not self._thread.is_alive():
+            return
+
+        async def go() -> None:
+            if self.core is not None:
+                await self._close()
+            assert self._stop is not None
+            self._stop.set()
+
+        try:
+            trio.from_thread.run(go, trio_token=self._token)
+        except trio.RunFinishedError:
+            pass
+        self._thread.join(timeout=30)
