@@ -22,6 +22,8 @@ continuing where the old one stopped.
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -47,11 +49,29 @@ def model_config() -> Config:
     return parse_config({"daemon": {"admin_write_rate": "unlimited"}}, "model.toml")
 
 
+#: A freshly migrated, empty store, made once per process: creating the schema
+#: costs more than a whole example's steps, so each example copies this file.
+_template: Path | None = None
+
+
+def _copy_template(path: Path) -> None:
+    """Put an empty, migrated store at ``path`` (a copy of the process's template)."""
+    global _template
+    if _template is None:
+        made = Path(tempfile.mkdtemp(prefix="sluicegate-model-template-")) / "db.sqlite"
+        db = open_database(made)
+        db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        db.conn.close()
+        _template = made
+    shutil.copyfile(_template, path)
+
+
 class CoreDriver:
     """One Core on one Trio run in a thread; every method is called from outside it."""
 
     def __init__(self, directory: Path, config: Config | None = None) -> None:
         self.path = directory / "db.sqlite"
+        _copy_template(self.path)
         self.config = config or model_config()
         self.clock = trio.testing.MockClock()
         self.core: Core | None = None

@@ -109,11 +109,14 @@ class ModelMachine(RuleBasedStateMachine):
             raise Violation(f"enqueued {job['id']} is {job['status']}, model says {new.state}")
 
     def _refusal(self, specs: list[tuple]) -> str | None:
-        """What an enqueue of ``specs`` must be refused with, or None."""
+        """What an enqueue of ``specs`` must be refused with, or None: the
+        namespace's depth is checked first (quota admission), then each binding."""
+        if self.model.depth_refuses(len(specs)):
+            return "queue_full"
         for _queue, bindings, _attempts, _delay in specs:
             if any(c > self.model.pools[k].max_cost() for k, c in bindings):
                 return "invalid_argument"
-        return "queue_full" if self.model.depth_refuses(len(specs)) else None
+        return None
 
     @rule(spec=JOB)
     def enqueue(self, spec: tuple) -> None:
@@ -163,6 +166,12 @@ class ModelMachine(RuleBasedStateMachine):
             if job.queue in queues and not job.budgets and self.model.claimable(job):
                 if self.model.admits(job) is None:
                     raise Violation(f"claim_next {queues} was empty; {job.id} was claimable")
+
+    @rule(queues=st.sampled_from([["a", "b"], ["b", "a"]]), most=st.integers(1, 3),
+          lease_ms=LEASE_MS)  # fmt: skip
+    def claim_more(self, queues: list[str], most: int, lease_ms: int) -> None:
+        """Claims drive everything else: a second rule makes them likelier."""
+        self.claim(queues, most, lease_ms)
 
     def _lease(self, data: st.DataObject) -> tuple[str, str]:
         return data.draw(st.sampled_from(self.leases))
@@ -217,9 +226,13 @@ class ModelMachine(RuleBasedStateMachine):
         if ms > 0:
             self.advance(ms)
 
-    @rule()
-    def restart(self) -> None:
-        self.core.restart()
+    @rule(dice=st.integers(0, 3))
+    def restart(self, dice: int) -> None:
+        """Close the Core and open a new one on the same files (one draw in four:
+        a restart costs as much as a dozen other steps)."""
+        if dice == 0:
+            self.core.restart()
+            self.model.restarted()
 
     # -- limits -----------------------------------------------------------------
 
@@ -238,17 +251,24 @@ class ModelMachine(RuleBasedStateMachine):
     @rule(max_in_flight=st.one_of(st.none(), st.integers(0, 3)),
           max_claims=st.one_of(st.none(), st.integers(0, 6)))  # fmt: skip
     def policy_change(self, max_in_flight: int | None, max_claims: int | None) -> None:
+        model = self.model
         if max_in_flight is None and max_claims is None:
-            if self.model.policy is not None:
-                self.core.verb("policy_clear", queue=POLICY_QUEUE)
-                self.model.policy = None
+            if model.policy is None:
+                return
+            args: dict[str, Any] = {"queue": POLICY_QUEUE}
+            op, policy = "policy_clear", None
+        else:
+            args = {"queue": POLICY_QUEUE, "max_in_flight": max_in_flight}
+            if max_claims is not None:
+                args["max_claims_per_window"] = max_claims
+                args["window"] = {"period": "hour", "tz": "UTC", "start": "00:00"}
+            op, policy = "policy_set", Policy(max_in_flight, max_claims)
+        # Policy writes: 1 a second, a burst of 10, per token, in memory (seed 002).
+        allowed = model.policy_writes.can_pay(1, model.now)
+        if expect(None if allowed else "rate_limited", lambda: self.core.verb(op, **args)) is None:
             return
-        args: dict[str, Any] = {"queue": POLICY_QUEUE, "max_in_flight": max_in_flight}
-        if max_claims is not None:
-            args["max_claims_per_window"] = max_claims
-            args["window"] = {"period": "hour", "tz": "UTC", "start": "00:00"}
-        self.core.verb("policy_set", **args)
-        self.model.policy = Policy(max_in_flight, max_claims)
+        model.policy_writes.debit(1, model.now)
+        model.policy = policy
 
     @rule(max_pending=st.one_of(st.none(), st.integers(0, 12)),
           max_running=st.one_of(st.none(), st.integers(0, 4)))  # fmt: skip

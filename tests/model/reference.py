@@ -138,6 +138,15 @@ class Model:
     usage: dict[int, int] = field(default_factory=dict)
     max_pending: int | None = None
     max_running: int | None = None
+    #: Policy writes per token (seed 002): 1 a second, a burst of 10, kept in memory.
+    policy_writes: Pool = field(default_factory=lambda: Pool("policy_writes", 1, 1000, 10))
+
+    def __post_init__(self) -> None:
+        self.restarted()
+
+    def restarted(self) -> None:
+        """A new daemon: what it keeps only in memory starts afresh."""
+        self.policy_writes.units, self.policy_writes.as_of = self.policy_writes.cap_units, self.now
 
     # -- reads ------------------------------------------------------------------
 

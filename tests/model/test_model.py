@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import os
 
-from hypothesis import HealthCheck, settings
+import pytest
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from tests.model.machine import ModelMachine
+from tests.model.reference import Violation
+from tests.model.stale_gate import stale_budget_gate
 
 EXAMPLES = int(os.environ.get("SLUICEGATE_MODEL_EXAMPLES", "200"))
 STEPS = int(os.environ.get("SLUICEGATE_MODEL_STEPS", "40"))
@@ -32,3 +35,12 @@ MODEL_SETTINGS = settings(
 
 def test_core_agrees_with_the_model():
     run_state_machine_as_test(ModelMachine, settings=MODEL_SETTINGS)
+
+
+def test_the_model_catches_a_budget_gate_deciding_from_a_stale_read(monkeypatch):
+    """Issue 17's acceptance: a budget decided from a stale read over-admits, and
+    the model says so (a claim over a budget, or the budget's in-flight cost or
+    tokens disagreeing with the model's)."""
+    broken = settings(MODEL_SETTINGS, max_examples=EXAMPLES, phases=[Phase.generate])
+    with stale_budget_gate(monkeypatch), pytest.raises(Violation, match="budget"):
+        run_state_machine_as_test(ModelMachine, settings=broken)
