@@ -22,6 +22,7 @@ continuing where the old one stopped.
 
 from __future__ import annotations
 
+import math
 import shutil
 import tempfile
 import threading
@@ -141,7 +142,17 @@ class CoreDriver:
             await trio.testing.wait_all_tasks_blocked()
 
     async def _advance(self, ms: int) -> None:
-        self.clock.jump(ms / 1000)
+        # Land exactly on the instant the Core's clock maps the new wall time to,
+        # the one its timers sleep until: a float sum of jumps may stop an ulp
+        # short of it, a timer due "now" would then not fire on a frozen clock.
+        assert self.core is not None
+        clock = self.core.clock
+        target = clock.now_ms() + ms
+        deadline = clock.deadline_for(target)
+        self.clock.jump(deadline - trio.current_time())
+        while trio.current_time() < deadline:
+            self.clock.jump(math.ulp(deadline))
+        assert clock.now_ms() == target, (clock.now_ms(), target)
         await trio.testing.wait_all_tasks_blocked()
 
     # -- the caller's side ----------------------------------------------------
