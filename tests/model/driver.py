@@ -95,7 +95,7 @@ class CoreDriver:
     def _thread_main(self) -> None:
         try:
             trio.run(self._main, clock=self.clock)
-        except BaseException as exc:  # noqa: BLE001 (reported to the caller)
+        except BaseException as exc:  # reported to the caller
             self._failure = exc
             self._ready.set()
 
@@ -159,9 +159,7 @@ class CoreDriver:
 
     def call(self, afn: Callable[..., Awaitable[T]], *args: Any) -> T:
         """Run ``afn(*args)`` on the Trio run, then let every task settle."""
-        return trio.from_thread.run(
-            self._settled, lambda: afn(*args), trio_token=self._token
-        )
+        return trio.from_thread.run(self._settled, lambda: afn(*args), trio_token=self._token)
 
     def verb(self, op: str, **args: Any) -> dict[str, Any]:
         """Call verb ``op`` in open mode, as a fresh connection would."""

@@ -103,7 +103,9 @@ class ModelMachine(RuleBasedStateMachine):
 
     def _enqueued(self, spec: tuple, job: dict[str, Any]) -> None:
         queue, bindings, max_attempts, delay = spec
-        new = Job(job["id"], queue, bindings, max_attempts, state="", ready_at=self.model.now + delay)
+        new = Job(
+            job["id"], queue, bindings, max_attempts, state="", ready_at=self.model.now + delay
+        )
         self.model.enqueue(new)
         if job["status"] != new.state:
             raise Violation(f"enqueued {job['id']} is {job['status']}, model says {new.state}")
@@ -163,9 +165,9 @@ class ModelMachine(RuleBasedStateMachine):
         # Liveness, where the model can say it exactly: an unbound pending job that
         # every limit admits must be claimable.
         for job in self.model.jobs.values():
-            if job.queue in queues and not job.budgets and self.model.claimable(job):
-                if self.model.admits(job) is None:
-                    raise Violation(f"claim_next {queues} was empty; {job.id} was claimable")
+            free = job.queue in queues and not job.budgets and self.model.claimable(job)
+            if free and self.model.admits(job) is None:
+                raise Violation(f"claim_next {queues} was empty; {job.id} was claimable")
 
     @rule(queues=st.sampled_from([["a", "b"], ["b", "a"]]), most=st.integers(1, 3),
           lease_ms=LEASE_MS)  # fmt: skip
@@ -293,8 +295,9 @@ class ModelMachine(RuleBasedStateMachine):
             raise Violation(f"jobs differ: {set(seen['rows']) ^ set(model.jobs)}")
         for job_id, (state, attempts, lease, expires) in seen["rows"].items():
             job = model.jobs[job_id]
-            got, want = (state, attempts, lease, expires), (
-                job.state, job.attempts, job.lease, job.expires_at
+            got, want = (
+                (state, attempts, lease, expires),
+                (job.state, job.attempts, job.lease, job.expires_at),
             )
             if got != want:
                 raise Violation(f"{job_id}: (state, attempts, lease, expiry) {got}, model {want}")
@@ -303,9 +306,8 @@ class ModelMachine(RuleBasedStateMachine):
             self.attempts_seen[job_id] = attempts
         want_counts = {(NS, q, s): n for (q, s), n in model.counts().items()}
         if seen["db_counts"] != want_counts or seen["mem_counts"] != want_counts:
-            raise Violation(
-                f"counts: store {seen['db_counts']}, memory {seen['mem_counts']}, model {want_counts}"
-            )
+            store, memory = seen["db_counts"], seen["mem_counts"]
+            raise Violation(f"counts: store {store}, memory {memory}, model {want_counts}")
         for key, pool in model.pools.items():
             want_pool = (pool.in_flight, pool.available(model.now))
             if seen["pools"][key] != want_pool:
@@ -357,6 +359,8 @@ async def _observe(driver: CoreDriver) -> dict[str, Any]:
 
 
 async def _admission(core: Any) -> dict[str, Any] | None:
-    answer = await dispatch(core, core.auth.new_session(), "admission_status", {"queue": POLICY_QUEUE})
+    answer = await dispatch(
+        core, core.auth.new_session(), "admission_status", {"queue": POLICY_QUEUE}
+    )
     queues = answer["queues"]
     return queues[0] if queues else None

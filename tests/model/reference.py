@@ -151,9 +151,7 @@ class Model:
     # -- reads ------------------------------------------------------------------
 
     def count(self, *states: str, queue: str | None = None) -> int:
-        return sum(
-            1 for j in self.jobs.values() if j.state in states and queue in (None, j.queue)
-        )
+        return sum(1 for j in self.jobs.values() if j.state in states and queue in (None, j.queue))
 
     def counts(self) -> dict[tuple[str, str], int]:
         """Non-zero counts per (queue, state)."""
@@ -176,7 +174,10 @@ class Model:
         """The limit that would refuse claiming ``job`` now, or None."""
         if job.queue == POLICY_QUEUE and self.policy is not None:
             p = self.policy
-            if p.max_in_flight is not None and self.count(RUNNING, queue=job.queue) >= p.max_in_flight:
+            if (
+                p.max_in_flight is not None
+                and self.count(RUNNING, queue=job.queue) >= p.max_in_flight
+            ):
                 return "policy max_in_flight"
             if p.max_claims is not None and self.used() >= p.max_claims:
                 return "policy max_claims_per_window"
@@ -229,10 +230,15 @@ class Model:
             raise Violation(f"claimed {job_id} over {refusal}")
         if expires_at != self.now + lease_ms:
             raise Violation(f"lease of {job_id} expires at {expires_at}, not now + {lease_ms}")
-        job.state, job.attempts, job.lease, job.expires_at = RUNNING, job.attempts + 1, lease, expires_at
+        job.state, job.lease, job.expires_at = RUNNING, lease, expires_at
+        job.attempts += 1
         for key, cost in job.budgets:
             self.pools[key].debit(cost, self.now)
-        if job.queue == POLICY_QUEUE and self.policy is not None and self.policy.max_claims is not None:
+        if (
+            job.queue == POLICY_QUEUE
+            and self.policy is not None
+            and self.policy.max_claims is not None
+        ):
             self.usage[self.window()] = self.used() + 1
 
     def holds(self, job_id: str, lease: str) -> bool:

@@ -66,7 +66,7 @@ def _force_debit(tx: Tx, budget: Budget, job_id: str, cost: int, now: int) -> No
     units, as_of, in_flight = raw
     if pool.time_based:
         scale = pool.spec.strategy.duration_ms or 1
-        units, as_of = pool._units_at(now) - cost * scale, now  # noqa: SLF001
+        units, as_of = pool._units_at(now) - cost * scale, now
     pool.restore((units, as_of, in_flight + cost))
     budget.holders.add(job_id)
 
