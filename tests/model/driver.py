@@ -22,8 +22,10 @@ continuing where the old one stopped.
 
 from __future__ import annotations
 
+import faulthandler
 import math
 import shutil
+import sys
 import tempfile
 import threading
 from collections.abc import Awaitable, Callable
@@ -40,6 +42,9 @@ from daemon.dispatch import dispatch
 from daemon.store.opening import open_database
 
 T = TypeVar("T")
+
+#: Real seconds one step may take before the watchdog dumps every thread and exits.
+STEP_WATCHDOG_S = 120
 
 #: The wall instant every model run starts at (2023-11-14T22:13:20Z).
 WALL0 = 1_700_000_000_000
@@ -158,8 +163,16 @@ class CoreDriver:
     # -- the caller's side ----------------------------------------------------
 
     def call(self, afn: Callable[..., Awaitable[T]], *args: Any) -> T:
-        """Run ``afn(*args)`` on the Trio run, then let every task settle."""
-        return trio.from_thread.run(self._settled, lambda: afn(*args), trio_token=self._token)
+        """Run ``afn(*args)`` on the Trio run, then let every task settle.
+
+        Virtual time never fires a ``fail_after`` here, so a real-time watchdog
+        turns a step that hangs into a traceback and a failed run.
+        """
+        faulthandler.dump_traceback_later(STEP_WATCHDOG_S, exit=True, file=sys.stderr)
+        try:
+            return trio.from_thread.run(self._settled, lambda: afn(*args), trio_token=self._token)
+        finally:
+            faulthandler.cancel_dump_traceback_later()
 
     def verb(self, op: str, **args: Any) -> dict[str, Any]:
         """Call verb ``op`` in open mode, as a fresh connection would."""

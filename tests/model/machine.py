@@ -23,6 +23,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -58,9 +59,11 @@ def expect(code: str | None, thunk: Any) -> dict[str, Any] | None:
     try:
         answer = thunk()
     except Refused as refused:
+        event(f"refused {refused.code}")
         if refused.code != code:
             raise Violation(f"refused {refused.code} ({refused}), model expects {code}") from None
         return None
+    event(f"refused {code}" if code else "answered")
     if code is not None:
         raise Violation(f"answered {answer!r}, model expects refusal {code}")
     return answer
@@ -160,8 +163,12 @@ class ModelMachine(RuleBasedStateMachine):
             job = item["job"]
             self.model.claim(job["id"], job["lease"], job["lease_expires_at"], lease_ms)
             self.leases.append((job["id"], job["lease"]))
+        event(f"claim took {len(answer['jobs'])}")
         if answer["jobs"]:
             return
+        for job in self.model.jobs.values():
+            if job.queue in queues and self.model.claimable(job):
+                event(f"empty claim: held by {self.model.admits(job) or 'no limit'}")
         # Liveness, where the model can say it exactly: an unbound pending job that
         # every limit admits must be claimable.
         for job in self.model.jobs.values():
