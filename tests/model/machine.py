@@ -13,7 +13,20 @@ exactly on running jobs, the model's, with the model's expiry; attempts as
 the model counts them and never lower than before (a replay's reset to 0
 excepted: documented); counts by state from the store, from memory and from
 the model equal; every budget's in-flight cost and tokens, and the policy's
-in-flight count and window usage, equal the model's.
+in-flight count and window usage, equal the model's. "At most one live lease
+per job": the store holds one lease column, which the invariant checks, and
+every lease ever handed out stays in :attr:`ModelMachine.leases`, so
+``complete``, ``fail`` and ``heartbeat`` with a lapsed or superseded lease are
+tried, and must be refused ``lease_lost``.
+
+Liveness is checked where the model can say it exactly: an empty ``claim_next``
+while an unbound, ready job of its queues is admitted by every limit is a
+violation. (For a bound job the budget gate's reservations and parking order,
+which the model does not follow, decide; its safety is checked at each claim.)
+
+Ids and lease tokens come from a seeded generator (:class:`_SeededPool`): the
+ids' random part breaks ties in claim order, and an example must replay the
+same way for hypothesis to shrink it.
 """
 
 from __future__ import annotations
