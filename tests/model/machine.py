@@ -24,14 +24,13 @@ while an unbound, ready job of its queues is admitted by every limit is a
 violation. (For a bound job the budget gate's reservations and parking order,
 which the model does not follow, decide; its safety is checked at each claim.)
 
-Ids and lease tokens come from a seeded generator (:class:`_SeededPool`): the
+Ids and lease tokens come from a seeded generator (:class:`~tests.model.driver.SeededEntropy`): the
 ids' random part breaks ties in claim order, and an example must replay the
 same way for hypothesis to shrink it.
 """
 
 from __future__ import annotations
 
-import random
 import shutil
 import tempfile
 from pathlib import Path
@@ -41,7 +40,6 @@ from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from actors import entropy
 from actors.errors import Refused
 from daemon.dispatch import dispatch
 from tests.model.driver import CoreDriver
@@ -89,10 +87,6 @@ class ModelMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        # Ids and leases from a seeded source: the ids' random part breaks ties in
-        # claim order, and an example must replay the same way to shrink.
-        self._entropy = entropy._pool
-        entropy._pool = _SeededPool()
         self.dir = Path(tempfile.mkdtemp(prefix="sluicegate-model-"))
         self.core = CoreDriver(self.dir)
         now = self.core.now_ms()
@@ -110,7 +104,6 @@ class ModelMachine(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         self.core.close()
-        entropy._pool = self._entropy
         shutil.rmtree(self.dir, ignore_errors=True)
 
     # -- producing --------------------------------------------------------------
@@ -345,19 +338,6 @@ class ModelMachine(RuleBasedStateMachine):
             want_policy = (model.count(RUNNING, queue=POLICY_QUEUE), used)
             if seen["policy"] != want_policy:
                 raise Violation(f"policy: (in_flight, used) {seen['policy']}, model {want_policy}")
-
-
-class _SeededPool:
-    """:mod:`actors.entropy`'s pool, from a seeded generator (each example starts at 0)."""
-
-    def __init__(self) -> None:
-        self._random = random.Random(0)
-
-    def reset(self) -> None:
-        pass
-
-    def take(self, n: int) -> bytes:
-        return self._random.randbytes(n)
 
 
 def _spec(pool: Pool) -> dict[str, Any]:
