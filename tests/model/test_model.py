@@ -5,7 +5,9 @@ CI runs it derandomized (the same examples every run) with
 
     SLUICEGATE_MODEL_EXAMPLES=20000 .venv/bin/pytest tests/model -n0
 
-(``SLUICEGATE_MODEL_STEPS`` sets the steps per example, 40 unless set.) About
+(``SLUICEGATE_MODEL_STEPS`` sets the steps per example, 40 unless set.) Until
+the bug in :mod:`tests.model.test_found` is fixed, a run of 2,000 examples
+finds it (an empty claim while an unbound job is claimable) and fails. About
 25 s for the 200 examples on one core of the CI machine.
 
 How the machine drives Trio from synchronous rules: :mod:`tests.model.driver`;
