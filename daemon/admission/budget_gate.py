@@ -188,7 +188,9 @@ class BudgetGate(BudgetAnswers):
                 for row in admitted:
                     if row.queue in caps:
                         caps[row.queue] -= 1
-            if not parked or len(rows) < want or parks_left <= 0:
+            # A short read means the ready index is spent, unless a queue's
+            # cap (its window's claims left) cut it: then read on past the parked.
+            if not parked or parks_left <= 0 or (len(rows) < want and caps is None):
                 self.parks_left = parks_left
                 return claimed
 

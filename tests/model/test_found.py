@@ -2,11 +2,11 @@
 
 Each test is the shrunk example of :mod:`tests.model.test_model`, written out on
 the in-process core (tests/unit's harness) so it runs alone and reads plainly.
+Each failed before its fix.
 """
 
 from __future__ import annotations
 
-import pytest
 import trio
 
 from tests.unit.harness import call, claim_jobs, enqueue_job, running_core
@@ -14,13 +14,6 @@ from tests.unit.harness import call, claim_jobs, enqueue_job, running_core
 WINDOW = {"period": "hour", "tz": "UTC", "start": "00:00"}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BudgetGate.claim stops reading when a read returned fewer rows than wanted "
-    "(len(rows) < want), which a queue's window cap also causes: it takes that for an "
-    "exhausted ready index, so the claim parks the capped queue's bound row and answers "
-    "empty while an unbound job behind it is claimable (the next claim takes it)",
-)
 async def test_a_claim_that_parks_a_capped_queue_s_row_reads_on(tmp_path, autojump_clock):
     with trio.fail_after(100):
         async with running_core(tmp_path) as core:
