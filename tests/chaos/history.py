@@ -43,6 +43,7 @@ from typing import Any
 INVOKE, OK, FAIL, INFO = "invoke", "ok", "fail", "info"
 #: Operation kinds (``f``): client verbs, and the daemon's life.
 ENQUEUE, CLAIM, COMPLETE, FAIL_JOB, RELEASE = "enqueue", "claim", "complete", "fail", "release"
+HEARTBEAT = "heartbeat"
 CRASH, RESTART = "crash", "restart"
 
 
@@ -112,6 +113,14 @@ class History:
         return self.add(
             invoke.process, type, invoke.f, key=invoke.key, job_id=invoke.job_id,
             lease=invoke.lease, error=error,
+        )  # fmt: skip
+
+    def heartbeat(self, process: str, job: Mapping[str, Any], expires_at: int,
+                  time_ms: int | None = None) -> Op:  # fmt: skip
+        """A heartbeat's ok: the lease of ``job`` now expires at ``expires_at``."""
+        return self.add(
+            process, OK, HEARTBEAT, key=key_of(job), job_id=job["id"], lease=job["lease"],
+            lease_expires_at=expires_at, time_ms=time_ms,
         )  # fmt: skip
 
     def crash(self) -> Op:
@@ -184,6 +193,7 @@ def check(ops: Iterable[Op], final: Mapping[str, str] | None = None) -> Report:
     crashes: list[int] = []
     #: (key, lease) -> how the delivery under that lease ended: an index per kind.
     settled: dict[tuple[str, str | None], tuple[str, int]] = {}
+    beats = _heartbeats(ops)
     for op in ops:
         if op.f == CRASH:
             crashes.append(op.index)
@@ -202,20 +212,43 @@ def check(ops: Iterable[Op], final: Mapping[str, str] | None = None) -> Report:
     report.recovered = (unsure - acked - failed) & seen
     for key, delivered in deliveries.items():
         for first, second in itertools.pairwise(delivered):
-            why = _explain(first, second, settled.get((key, first.lease)), crashes)
+            expiry = _expiry(first, beats, before_ms=second.time_ms)
+            why = _explain(first, second, expiry, settled.get((key, first.lease)), crashes)
             report.duplicates.append(Duplicate(key, first, second, why))
     return report
 
 
-def _explain(first: Op, second: Op, settled: tuple[str, int] | None,
+Beats = dict[tuple[str | None, str | None], list[tuple[int, int]]]
+
+
+def _heartbeats(ops: Iterable[Op]) -> Beats:
+    """(key, lease) -> [(time of the heartbeat's ok, the expiry it set)]."""
+    beats: Beats = defaultdict(list)
+    for op in ops:
+        if op.f == HEARTBEAT and op.type == OK and op.lease_expires_at is not None:
+            beats[(op.key, op.lease)].append((op.time_ms, op.lease_expires_at))
+    return beats
+
+
+def _expiry(claim: Op, beats: Beats, before_ms: float = float("inf")) -> int | None:
+    """When ``claim``'s lease expires, as the claim and the heartbeats acknowledged
+    before ``before_ms`` set it."""
+    known = [e for t, e in beats.get((claim.key, claim.lease), ()) if t <= before_ms]
+    if claim.lease_expires_at is not None:
+        known.append(claim.lease_expires_at)
+    return max(known) if known else None
+
+
+def _explain(first: Op, second: Op, expiry: int | None, settled: tuple[str, int] | None,
              crashes: list[int]) -> str | None:  # fmt: skip
-    """Why ``second`` delivered ``first``'s job again, or None."""
+    """Why ``second`` delivered ``first``'s job again (its lease expiring at
+    ``expiry``), or None."""
     if settled is not None and settled[1] < second.index:
         kind, _ = settled
         return None if kind == COMPLETE else kind  # completed and acknowledged: never again
     if any(first.index < c < second.index for c in crashes):
         return "crash"
-    if first.lease_expires_at is not None and second.time_ms >= first.lease_expires_at:
+    if expiry is not None and second.time_ms >= expiry:
         return "lease_lapse"
     return None
 
@@ -229,6 +262,7 @@ def in_flight_peaks(ops: Iterable[Op]) -> dict[str, int]:
     its lease's expiry.
     """
     ops = list(ops)
+    beats = _heartbeats(ops)
     ends: dict[tuple[str | None, str | None], int] = {}
     for op in ops:
         if op.f in (COMPLETE, FAIL_JOB, RELEASE) and op.type == INVOKE:
@@ -238,8 +272,11 @@ def in_flight_peaks(ops: Iterable[Op]) -> dict[str, int]:
         if op.f != CLAIM or op.type != OK:
             continue
         end = ends.get((op.key, op.lease))
-        if op.lease_expires_at is not None:
-            end = op.lease_expires_at if end is None else min(end, op.lease_expires_at)
+        expiry = _expiry(op, beats)
+        if expiry is not None:
+            end = expiry if end is None else min(end, expiry)
+        if end is not None and end <= op.time_ms:
+            continue  # settled within the claim's millisecond: in flight at no instant
         for group in op.groups:
             edges[group].append((op.time_ms, 1))
             if end is not None:

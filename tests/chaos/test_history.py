@@ -156,3 +156,23 @@ def test_a_delivery_whose_lease_lapsed_leaves_flight_at_its_expiry():
     clock.now = 1000.5
     h.claimed("w3", _job("b", "J2", "L3", expires_ms=1_011_000, queue="q"))
     assert in_flight_peaks(h.ops) == {"queue:q": 2}
+
+
+def test_a_heartbeat_pushes_the_lease_that_a_takeover_must_outlast():
+    clock = Clock()
+    h = History(clock)
+    job = _job("a", "J1", "L1", expires_ms=1_001_000)
+    h.claimed("w1", job)
+    clock.now = 1000.5
+    h.heartbeat("w1", job, expires_at=1_003_000)
+    clock.now = 1002.0  # past the claim's expiry, not the heartbeat's
+    h.claimed("w2", {**job, "lease": "L2", "lease_expires_at": 1_012_000})
+    report = check(h.ops)
+    assert len(report.unexplained) == 1
+    assert in_flight_peaks(h.ops) == {"queue:q": 2}
+    clock.now = 1003.0
+    h2 = History(clock)
+    h2.claimed("w1", job)
+    h2.heartbeat("w1", job, expires_at=1_003_000, time_ms=1_000_500)
+    h2.claimed("w2", {**job, "lease": "L2"})
+    assert [d.explained_by for d in check(h2.ops).duplicates] == ["lease_lapse"]

@@ -60,3 +60,17 @@ def test_kill_9_storm_loses_nothing_and_explains_every_duplicate(make_daemon, da
     # Drained: every acknowledged job ran to completion.
     acked = {op.key for op in workload.history.ops if op.f == "enqueue" and op.type == "ok"}
     assert {final[k] for k in acked} == {"completed"}
+
+
+@pytest.mark.sqlite_only
+def test_the_storm_catches_a_build_that_acknowledges_before_commit(make_daemon, monkeypatch):
+    """The broken build (daemon/failpoints.py ``ack_before_commit``) answers each
+    transaction's writes, then commits 20 ms later: kills land in between, and
+    the checker finds acknowledged jobs lost."""
+    monkeypatch.setenv("SLUICEGATE_FAILPOINTS", "ack_before_commit=on")
+    daemon = make_daemon(http=False)
+    workload, final = run_storm(daemon, kills=10, jobs=1500, seed=SEED)
+    report = check(workload.history.ops, final)
+    print(f"ack_before_commit: {report.summary()}")
+    assert report.lost, report.summary()
+    assert not report.valid
