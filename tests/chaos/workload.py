@@ -40,7 +40,10 @@ class Workload:
         claim_max: int = 10,
         lease_ms: int = 2000,
         job_args: Callable[[str], dict[str, Any]] | None = None,
+        groups: Callable[[dict[str, Any]], tuple[str, ...]] | None = None,
     ) -> None:
+        """``job_args(key)``: more arguments of each job (budgets); ``groups(job)``:
+        the limits a delivered job counts in (default: its queue)."""
         self.daemon = daemon
         self.history = history
         self.jobs = jobs
@@ -49,6 +52,7 @@ class Workload:
         self.claim_max = claim_max
         self.lease_ms = lease_ms
         self.job_args = job_args or (lambda _key: {})
+        self.groups = groups or (lambda _job: ())
         self.acked = 0
         self._produced = 0
         self._lock = threading.Lock()
@@ -150,7 +154,7 @@ class Workload:
             return
         jobs = [entry["job"] for entry in frame["jobs"]]
         for job in jobs:
-            self.history.claimed(name, job)
+            self.history.claimed(name, job, self.groups(job))
         self.settle(name, client, jobs)
 
     def settle(self, name: str, client: RawClient, jobs: list[dict[str, Any]]) -> None:
