@@ -19,19 +19,24 @@ import time
 
 import pytest
 
-from tests.chaos.history import History, check
+from tests.chaos.history import History, check, in_flight_peaks, over_admitted
 from tests.chaos.workload import Workload, storm
+from tests.support import RawClient
 
 pytestmark = pytest.mark.e2e
 
 KILLS = int(os.environ.get("SLUICEGATE_CHAOS_KILLS", "10"))
 JOBS = int(os.environ.get("SLUICEGATE_CHAOS_JOBS", "5000"))
 SEED = int(os.environ.get("SLUICEGATE_CHAOS_SEED", "17"))
+#: Queue q0 has a policy of this many in flight (q1 none): never over, kills included.
+MAX_IN_FLIGHT = 4
 
 
 def run_storm(daemon, *, kills: int, jobs: int, seed: int) -> tuple[Workload, dict[str, str]]:
     """The storm on ``daemon``: the workload and the store's final state."""
     rng = random.Random(seed)
+    with RawClient(daemon.socket) as c:
+        c.ok("policy_set", queue="q0", max_in_flight=MAX_IN_FLIGHT)
     history = History()
     workload = Workload(daemon, history, jobs=jobs)
     workload.start()
@@ -57,6 +62,9 @@ def test_kill_9_storm_loses_nothing_and_explains_every_duplicate(make_daemon, da
     assert not report.lost, sorted(report.lost)[:10]
     assert not report.unexpected, sorted(report.unexpected)[:10]
     assert not report.unexplained, report.unexplained[:3]
+    peak = in_flight_peaks(workload.history.ops)["queue:q0"]
+    print(f"q0 in flight at most {peak} of max_in_flight {MAX_IN_FLIGHT}")
+    assert over_admitted(workload.history.ops, {"queue:q0": MAX_IN_FLIGHT}) == {}
     # Drained: every acknowledged job ran to completion.
     acked = {op.key for op in workload.history.ops if op.f == "enqueue" and op.type == "ok"}
     assert {final[k] for k in acked} == {"completed"}
