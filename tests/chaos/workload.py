@@ -101,10 +101,10 @@ class Workload:
             client = client or self._connect(self.stop_producing)
             if client is None:
                 break
-            keys = [f"{name}-{n + i}" for i in range(size)]
+            queues = self.queues
+            invokes = [self.history.enqueue(name, f"{name}-{i}", queues[i % len(queues)])
+                       for i in range(n, n + size)]  # fmt: skip
             n += size
-            invokes = [self.history.enqueue(name, k, self.queues[hash(k) % len(self.queues)])
-                       for k in keys]  # fmt: skip
             items = [{"queue": op.queue, "type": "t", "payload": {"k": op.key},
                       **self.job_args(op.key)} for op in invokes]  # fmt: skip
             try:
