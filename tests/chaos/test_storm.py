@@ -77,7 +77,7 @@ def test_the_storm_catches_a_build_that_acknowledges_before_commit(make_daemon, 
     the checker finds acknowledged jobs lost."""
     monkeypatch.setenv("SLUICEGATE_FAILPOINTS", "ack_before_commit=on")
     daemon = make_daemon(http=False)
-    workload, final = run_storm(daemon, kills=10, jobs=1500, seed=SEED)
+    workload, final = run_storm(daemon, kills=6, jobs=800, seed=SEED)
     report = check(workload.history.ops, final)
     print(f"ack_before_commit: {report.summary()}")
     assert report.lost, report.summary()
