@@ -6,9 +6,10 @@ every duplicate explained (a crash or a lease lapse).
 CI runs 10 kills during 5,000 jobs on each store. By hand, the long storm::
 
     SLUICEGATE_CHAOS_KILLS=100 SLUICEGATE_CHAOS_JOBS=100000 \\
-        .venv/bin/pytest -n 0 -s tests/chaos/test_storm.py -k sqlite
+        .venv/bin/pytest -n 0 -s tests/chaos/test_storm.py -k "storm_loses and sqlite"
 
-(``SLUICEGATE_CHAOS_SEED`` picks the seed, 17 by default; the figures are printed.)
+(``and postgres`` for PostgreSQL; ``SLUICEGATE_CHAOS_SEED`` picks the seed, 17 by
+default; the figures are printed. docs/reliability.md has the last ones.)
 """
 
 from __future__ import annotations
