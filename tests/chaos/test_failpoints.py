@@ -56,7 +56,7 @@ def test_a_crash_at_each_failpoint_loses_nothing(point, make_daemon, daemon_stor
     rng = random.Random(f"{SEED}-{point}")
     daemon = make_daemon(extra_config=extra, http=False, start=False)
     history = History()
-    armed = {ENV_VAR: ",".join([f"{point}=exit@{rng.randint(low, high)}"])}
+    armed = {ENV_VAR: f"{point}=exit@{rng.randint(low, high)}"}
     daemon.start(env=armed)
     if budgeted:
         with RawClient(daemon.socket) as c:
