@@ -39,6 +39,7 @@ from actors import lifecycle as lc
 from actors.errors import Refused
 from actors.ids import first_id
 from actors.retention import RetentionLeader
+from daemon import failpoints
 from daemon.admission import usage
 from daemon.store.interface import RETENTION, Tx
 
@@ -244,6 +245,8 @@ class Retention:
                 if s == state and finished is not None and finished <= cutoff
             ]  # fmt: skip
             n = tx.store.retention.delete(state, expired)
+            if failpoints.ARMED and n:
+                failpoints.hit("retention_mid_batch")
             self._removed(tx, key, state, TTL_REASONS[state], n)
             if n:
                 reason = (key[0], TTL_REASONS[state])

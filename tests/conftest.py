@@ -189,7 +189,8 @@ def pg_dsn(postgres_server: postgres.Server) -> Iterator[str]:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """The end-to-end suite (``tests/e2e``) runs on both stores: each of its tests
+    """The end-to-end suite (``tests/e2e``) and the fault harnesses of ``tests/chaos``
+    that start a daemon run on both stores: each of those tests
     is parametrized over ``daemon_store`` = ``sqlite`` and ``postgres`` (the latter
     marked ``postgres``: it skips without a server, and fails so under ``CI=true``).
 
@@ -210,7 +211,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     chosen = os.environ.get("SLUICEGATE_TEST_STORE")
     if chosen in STORES:
         stores = [chosen]
-    elif "tests/e2e/" in definition.nodeid.replace(os.sep, "/"):
+    elif "tests/e2e/" in (path := definition.nodeid.replace(os.sep, "/")) or (
+        "tests/chaos/" in path and DAEMON_FIXTURES.intersection(metafunc.fixturenames)
+    ):
         stores = list(STORES)
     else:
         return  # SQLite: the fixture's default

@@ -30,6 +30,7 @@ from actors.budgets import Budget, Budgets
 from actors.clock import Clock
 from actors.due import Due, DueActor
 from actors.errors import Refused
+from daemon import failpoints
 from daemon.admission.budget_answers import BudgetAnswers
 from daemon.admission.doorbell import Doorbell
 from daemon.store.interface import Committer, JobRow, Store, Tx
@@ -178,6 +179,8 @@ class BudgetGate(BudgetAnswers):
                     continue
                 blocker = self.debit(tx, row)
                 if blocker is None:
+                    if failpoints.ARMED:
+                        failpoints.hit("budget_debit_before_claim")
                     admitted.append(row)
                 elif parks_left > 0:
                     self.park(tx, row, blocker)

@@ -14,8 +14,12 @@ from actors import lifecycle as lc
 from actors.clock import Clock
 from actors.due import Due
 from actors.reaper import DelayTimer, LeaseReaper
+from daemon import failpoints
 from daemon.store.interface import Committer, Store, Tx
 from daemon.store.rows import dumps
+
+#: Later than every lease (a signed 64-bit instant).
+FOREVER = 2**63 - 1
 
 
 class JobTimers:
@@ -34,10 +38,11 @@ class JobTimers:
         """Make every scheduled job whose time has come pending."""
         tx.store.jobs.promote_due(tx.now_ms)
 
-    def reap_lapsed(self, tx: Tx) -> None:
-        """Return lapsed leases to pending, or to dead when attempts are spent."""
+    def reap_lapsed(self, tx: Tx, *, horizon: int | None = None) -> None:
+        """Return lapsed leases to pending, or to dead when attempts are spent
+        (``horizon``: leases expiring by then count as lapsed; default now)."""
         jobs, now = tx.store.jobs, tx.now_ms
-        for row in jobs.lapsed(now):
+        for row in jobs.lapsed(now if horizon is None else horizon):
             if row.attempts >= row.max_attempts:
                 dead = dumps({"at": now, "reason": "attempts_exhausted"})
                 jobs.finish(row, event="reap", state=lc.DEAD, now=now, error="lease expired",
@@ -57,3 +62,5 @@ class JobTimers:
         target = self.reaper.target
         if target is not None and target <= now:
             self.reap_lapsed(tx)
+        elif failpoints.ARMED and failpoints.broken("claim_skips_lease_check"):
+            self.reap_lapsed(tx, horizon=FOREVER)  # the broken build (tests only)

@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 import trio
 
 from actors.errors import OUTCOMES, Refused, internal_error
+from daemon import failpoints
 from daemon.store import bridge
 from daemon.store.health import StoreHealth, is_store_failure, store_refusal
 from daemon.store.interface import Pending
@@ -242,6 +243,8 @@ class GroupCommit:
         self._deadline = time.perf_counter() + self._budget
         if not self._run(writes, careful=False):
             self._run(writes, careful=True)
+        if failpoints.ARMED:
+            failpoints.hit("commit_after_before_reply")
         self._answer(writes)
 
     def _answer(self, writes: list[Write]) -> None:
@@ -313,6 +316,8 @@ class GroupCommit:
             self._journal.tx = None
             for pending in self.pending:
                 pending.flush(self.store)
+            if failpoints.ARMED:
+                self._failpoints(writes)
             conn.execute("COMMIT")
         except self._errors as exc:
             self._journal.tx = None
@@ -331,6 +336,18 @@ class GroupCommit:
                 for effect in item.tx._after:
                     effect()
         return True
+
+    def _failpoints(self, writes: list[Write]) -> None:
+        """Tests only (:mod:`daemon.failpoints`): exit before the COMMIT, or the
+        broken build that answers first and commits 20 ms later."""
+        failpoints.hit("commit_before")
+        if failpoints.broken("ack_before_commit"):
+            for item in writes:
+                item.done(item.result, item.error)
+                item.done = _answered
+            for hook in self.after_commit:
+                hook()
+            time.sleep(0.02)
 
     def _fail_all(self, writes: list[Write], exc: BaseException) -> None:
         """The transaction failed: a store error answers ``unavailable``, a bug
@@ -395,6 +412,10 @@ def _rolled_back(writes: list[Write]) -> None:
         if item.tx is not None:
             item.tx.rolled_back()
         item.tx = None
+
+
+def _answered(_result: Any, _error: BaseException | None) -> None:
+    """The done callback of a write answered already (the broken build's)."""
 
 
 def _internal(exc: BaseException) -> Refused:

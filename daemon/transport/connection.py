@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from actors.errors import Refused, internal_error
+from daemon import failpoints
 from daemon.dispatch import answer, prepare
 from daemon.transport.framing import (
     BadFrame,
@@ -51,6 +52,7 @@ MAX_IN_FLIGHT = 4096  # requests of one connection before its reads pause
 RECEIVE_BYTES = 65536
 STEP_BUDGET_S = 0.002  # planning requests of one read yields after this long
 CLOSE_GRACE_S = 5.0  # how long a connection closing on a fatal frame finishes its requests
+CLAIMS = frozenset({"claim", "claim_next"})  # verbs of the claim failpoint (daemon.failpoints)
 
 
 class Connection:
@@ -206,6 +208,8 @@ class Connection:
             refused = error if isinstance(error, Refused) else internal_error(error)
             self._refuse(request, refused)
         else:
+            if failpoints.ARMED and request.op in CLAIMS:
+                failpoints.hit("claim_after_commit_before_send")
             self._reply(request, plan, result)
 
     def _reply(self, request: Request, plan: Plan, result: Any) -> None:
@@ -232,6 +236,8 @@ class Connection:
         try:
             with scope:
                 reply = await later.run()
+                if failpoints.ARMED and request.op in CLAIMS:
+                    failpoints.hit("claim_after_commit_before_send")
                 self.send(encode_ok(request.id, reply))
         except Refused as refused:
             self.send(encode_error(request.id, refused))
