@@ -357,3 +357,16 @@ def test_backups_during_a_run_each_restore_every_job_acknowledged_before_sqlite(
     with RawClient(daemon.socket) as c:
         counts = next(q for q in c.ok("status")["queues"] if q["queue"] == "bk")
         assert sum(counts[s] for s in ("pending", "running", "completed")) == len(present)
+
+
+def test_backup_draws_progress_only_where_allowed(tmp_path, capsys, monkeypatch):
+    config = _migrated(tmp_path)
+    assert main(["--config", config, "backup", str(tmp_path / "a.db")]) == 0
+    assert capsys.readouterr().err == ""  # not a terminal: no bar
+    import daemon.cli.backup as cli_backup
+
+    monkeypatch.setattr(cli_backup, "progress_allowed", lambda json: not json)
+    assert main(["--config", config, "backup", str(tmp_path / "b.db"), "--step-pages", "4"]) == 0
+    captured = capsys.readouterr()
+    assert "backing up" in captured.err and "pages/s" in captured.err
+    assert captured.out.startswith("backed up ")
