@@ -7,8 +7,9 @@ goes on committing (readers never block the writer) and the copy is the
 store exactly as it stood when the transaction began, never restarted by
 those commits (a step-wise backup without it starts over whenever another
 connection writes between two steps). The copy is written to a temporary
-file beside the target, checked with ``PRAGMA integrity_check``, fsynced and
-renamed into place, so a target path never holds half a backup.
+file beside the target (in rollback-journal mode: one self-contained file),
+checked with ``PRAGMA integrity_check``, fsynced and renamed into place, so a
+target path never holds half a backup.
 
 A restore checks the backup (``integrity_check``, a Sluicegate schema no newer
 than this build), copies it beside the live database, fsyncs it, and renames
@@ -159,8 +160,9 @@ def _copy(source: sqlite3.Connection, temp: Path, pages: int, progress: Progress
             source.backup(target, pages=pages, progress=step)
         finally:
             source.execute("COMMIT")
-        # The copy keeps the source's WAL mode; fold anything it wrote and drop its -wal.
-        target.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        # A self-contained file: the rollback journal, not the source's WAL mode, so
+        # that reading it (a restore, even from a read-only mount) leaves no -wal/-shm.
+        target.execute("PRAGMA journal_mode = DELETE")
     finally:
         target.close()
     _fsync(temp)
