@@ -169,7 +169,7 @@ class Soak:
         return {
             "minutes": self.args.minutes, "kills": len(self.kills),
             "restart_s": [round(r, 2) for r in self.restart_s], "drain_s": round(drained, 1),
-            "rss": self._drift("rss_mb"), "fds": self._drift("fds"),
+            "rss": self._drift("rss_mb"), "fds": self._drift("fds"), "lives": lives(self.samples),
             "rss_max_mb": max(s["rss_mb"] for s in self.samples),
             "fds_max": max(s["fds"] for s in self.samples),
             "wal_max_mb": max(s["wal_mb"] for s in self.samples),
@@ -177,6 +177,16 @@ class Soak:
             "p99_ms_max": max(p99s) if p99s else None,
             **self.ledger.counts(),
         }  # fmt: skip
+
+
+def lives(samples: list[dict[str, Any]]) -> list[dict[str, float]]:
+    """Each daemon life's last sample (age, RSS, fds, WAL): a leak grows these from
+    life to life, where the drift also shows each life's warm-up."""
+    ends: list[dict[str, float]] = []
+    for s, after in zip(samples, [*samples[1:], None], strict=True):
+        if after is None or after["age"] < s["age"]:
+            ends.append({k: s[k] for k in ("t", "age", "rss_mb", "fds", "wal_mb")})
+    return ends
 
 
 def print_table(samples: list[dict[str, Any]], every: float) -> None:
