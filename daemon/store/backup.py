@@ -112,8 +112,10 @@ def check_store_file(path: Path) -> tuple[int, int]:
                 f"({len(MIGRATIONS)}); restore it with the release that wrote it"
             )
         jobs = conn.execute("SELECT count(*) FROM jobs").fetchone()[0]
-    except sqlite3.DatabaseError as exc:  # "file is not a database", a torn header
-        raise BackupRefused(f"{path} is not a SQLite database: {exc}") from None
+    except sqlite3.DatabaseError as exc:
+        if "not a database" in str(exc):  # no SQLite header
+            raise BackupRefused(f"{path} is not a SQLite database: {exc}") from None
+        raise BackupRefused(f"{path} is damaged: {exc}") from None  # "malformed", torn pages
     finally:
         conn.close()
     return version, jobs
