@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import statistics
 import sys
@@ -143,6 +144,10 @@ class Soak:
             t.join(30)
         self.sample()
         self.daemon.stop()
+        if self.args.keep:
+            print(f"state kept in {self.daemon.workdir}", file=sys.stderr)
+        else:
+            shutil.rmtree(self.daemon.workdir, ignore_errors=True)
         return self.summary(drained)
 
     def _drain(self, limit: float) -> float:
