@@ -8,6 +8,7 @@ rather than on the next person to measure.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -65,3 +66,15 @@ def test_cluster_runs_its_three_measurements(tmp_path, postgres_server):
          "--kinds", "while_in_flight", "--json", str(out), env=env)  # fmt: skip
     (ratio,) = json.loads(out.read_text())["ratios"]
     assert len(ratio["rounds"]) == 1
+
+
+def test_soak_kills_and_restarts_and_loses_nothing(tmp_path):
+    """bench/soak.py at its smallest: two kill -9s, the checker's counts, a PNG."""
+    out, png = tmp_path / "soak.json", tmp_path / "soak.png"
+    plotting = importlib.util.find_spec("matplotlib") is not None  # the bench extra's
+    _run("bench/soak.py", "--minutes", "0.25", "--kill-every", "6", "--sample-every", "1",
+         "--rate", "200", "--plot", str(png) if plotting else "", "--json", str(out))  # fmt: skip
+    summary = json.loads(out.read_text())["summary"]
+    assert summary["kills"] == 2 and summary["acked"] > 0
+    assert (summary["lost"], summary["unexpected"], summary["duplicated_unexplained"]) == (0, 0, 0)
+    assert png.stat().st_size > 10_000 if plotting else not png.exists()

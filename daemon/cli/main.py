@@ -20,6 +20,7 @@ from types import ModuleType
 
 from daemon.cli import (
     audit,
+    backup,
     budget,
     config_check,
     db,
@@ -42,6 +43,7 @@ COMMANDS: tuple[ModuleType, ...] = (
     config_check,
     db,
     store,
+    backup,
     status,
     jobs,
     dead,
