@@ -38,13 +38,14 @@ def limit_for(byte: int) -> int:
 
 
 def cuts(seed: int, size: int) -> list[int]:
-    """Read sizes (summing to ``size``) from ``seed``: 0 means one read."""
+    """Read sizes (summing to ``size``) from ``seed``: 0 means one read. Reads are
+    1 to ``seed + 1`` bytes, and at most about 64 of them (a bound on the cost per input)."""
     if seed == 0:
         return [size]
-    sizes, state, left = [], seed, size
+    sizes, state, left, least = [], seed, size, size // 64
     while left > 0:
         state = (state * 1103515245 + 12345) & 0x7FFFFFFF
-        step = min(left, 1 + state % (seed + 1))
+        step = min(left, max(least, 1 + state % (seed + 1)))
         sizes.append(step)
         left -= step
     return sizes
