@@ -4,7 +4,7 @@
 ``args``). ``ARGS`` go to libFuzzer (``-max_total_time=3600``, ``-runs=N``,
 ``-jobs``...). Unless given, the target's corpus directory
 ``tests/fuzz/corpus/TARGET/`` is the corpus (new inputs that reach new code are
-added to it; ``-merge=1`` keeps it small), ``tests/fuzz/json.dict`` the
+added to it), ``tests/fuzz/json.dict`` the
 dictionary, and a crash is written to
 ``tests/fuzz/crashers/TARGET-crash-<sha1>`` for ``tests/fuzz/test_replay.py``.
 
