@@ -28,6 +28,7 @@ async def running_core(
     timers: bool = True,
     writer: bool = True,
     wall_start_ms: int = WALL0,
+    clock: Clock | None = None,
 ) -> AsyncIterator[Core]:
     """A Core on a fresh database whose wall clock starts at ``wall_start_ms``
     (:data:`WALL0` unless a test needs a particular day: virtual time is cheap,
@@ -37,10 +38,11 @@ async def running_core(
     lease reaper never wake on their own, so a test can show what a claim does
     before they would. ``writer=False`` (with ``timers=False``) starts nothing:
     the test starts ``core.writer.run`` itself when it wants writes committed.
+    ``clock`` replaces the clock (``wall_start_ms`` is then ignored).
     """
     db = open_database(tmp_path / "db.sqlite")
     try:
-        core = Core(config or Config(), db, Clock(wall_start_ms=wall_start_ms))
+        core = Core(config or Config(), db, clock or Clock(wall_start_ms=wall_start_ms))
         async with trio.open_nursery() as nursery:
             if timers:
                 await nursery.start(core.run)
