@@ -21,6 +21,7 @@ import pstats
 import re
 import sys
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 #: Areas of the daemon, matched in order against a sample's innermost frame.
@@ -71,19 +72,24 @@ def _frame_key(frame: str) -> str:
     return f"{match['func']} ({_short(match['file'])})"
 
 
+def _samples(path: Path) -> Iterator[tuple[list[str], int]]:
+    """Each stack of py-spy's raw output (frames outermost first, the process
+    and thread pseudo-frames left out) with its sample count."""
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        frames = [_frame_key(f) for f in stack.split(";")]
+        yield [f for f in frames if not f.startswith(("process ", "thread "))], int(count)
+
+
 def collapsed(path: Path, top: int) -> str:
     """Self and inclusive sample counts from py-spy's collapsed (raw) output."""
     own: Counter[str] = Counter()
     incl: Counter[str] = Counter()
     areas: Counter[str] = Counter()
     total = 0
-    for line in path.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not stack or not count.isdigit():
-            continue
-        n = int(count)
-        frames = [_frame_key(f) for f in stack.split(";")]
-        frames = [f for f in frames if not f.startswith(("process ", "thread "))]
+    for frames, n in _samples(path):
         if not frames:
             continue
         total += n
@@ -162,16 +168,11 @@ def native_breakdown(path: Path) -> str:
     """Samples per stage of a ``py-spy --native`` raw profile, as shares."""
     stages: Counter[str] = Counter()
     total = 0
-    for line in path.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not stack or not count.isdigit():
-            continue
-        frames = [_frame_key(f) for f in stack.split(";")]
-        frames = [f for f in frames if not f.startswith(("process ", "thread "))]
+    for frames, n in _samples(path):
         name = stage(frames) if frames else IDLE
         if name != IDLE:
-            stages[name] += int(count)
-            total += int(count)
+            stages[name] += n
+            total += n
     out = [f"{path.name}: {total} native samples (idle threads left out), by stage:"]
     out += [f"{n:>8} {n / total:6.1%}  {k}" for k, n in stages.most_common()]
     return "\n".join(out)

@@ -282,12 +282,9 @@ class Connection:
                 self._idle = trio.Event()
             await self._idle.wait()
 
-    def _is_drained(self) -> bool:
-        return not self.outbox and not self.sending
-
     async def _until_drained(self) -> None:
         """Wait until nothing is queued or being sent."""
-        if not self._is_drained():
+        if self.outbox or self.sending:
             if self._drained is None:
                 self._drained = trio.Event()
             await self._drained.wait()
