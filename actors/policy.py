@@ -108,6 +108,10 @@ class PolicyState:
         self.window_end = 0
         #: Claims charged to the window ``[window_start, window_end)``.
         self.used = 0
+        #: Claims the store holds for windows after the current one, by start. Only
+        #: a step of the host's clock back (then a restart) leaves any: a window
+        #: charged on the old time comes round again and must not admit twice.
+        self.ahead: dict[int, int] = {}
         #: Claims (+) and leavers (-) of transactions not yet committed.
         self.in_flight_delta = 0
         #: The last status told to subscribers (a reopening rings once).
@@ -125,13 +129,20 @@ class PolicyState:
         return (self.namespace, self.queue)
 
     def roll(self, now_ms: int, stored_usage: Callable[[int], int] | None = None) -> None:
-        """Move to the window containing ``now_ms`` (a new one starts at zero, or
-        at what the store says another daemon charged to it)."""
+        """Move to the window containing ``now_ms``. A new one starts at what the
+        store says was charged to it (``stored_usage``: another daemon's claims),
+        else at what :attr:`ahead` holds for it, else at zero."""
         window = self.policy.window if self.policy is not None else None
         if window is None or self.window_start <= now_ms < self.window_end:
             return
-        self.window_start, self.window_end = bounds(window, now_ms)
-        self.used = stored_usage(self.window_start) if stored_usage is not None else 0
+        start, self.window_end = bounds(window, now_ms)
+        self.window_start = start
+        if stored_usage is not None:
+            self.used = stored_usage(start)
+        else:
+            self.used = self.ahead.get(start, 0)
+        if self.ahead:
+            self.ahead = {s: used for s, used in self.ahead.items() if s > start}
 
     def status(
         self, running: int, now_ms: int, lease_hint: Callable[[], int | None] | None = None

@@ -88,6 +88,12 @@ class Policies:
             try:
                 state.policy = parse_policy(orjson.loads(text))
                 state.roll(now, usage)
+                state.ahead = (
+                    policies.usage_after(namespace, queue, state.window_start) if ask
+                    else {latest_start: latest_used}
+                    if latest_start is not None and latest_start > state.window_start
+                    else {}
+                )  # fmt: skip
             except (Refused, ValueError) as exc:
                 state.broken = exc.message if isinstance(exc, Refused) else str(exc)
                 log.error("policy of queue %r/%r cannot be evaluated, failing closed: %s",
@@ -116,6 +122,7 @@ class Policies:
         if old is not None and old.policy is not None and old.policy.window == policy.window:
             state.window_start, state.window_end, state.used = (
                 old.window_start, old.window_end, old.used)  # fmt: skip
+            state.ahead = old.ahead
         state.in_flight_delta = old.in_flight_delta if old is not None else 0
         state.last_label = old.last_label if old is not None else "admitted"
         store = tx.store

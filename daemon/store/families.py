@@ -103,6 +103,9 @@ class PolicyStore(Protocol):
     def usage(self, namespace: str, queue: str, window_start: int) -> int:
         """Claims charged to the window starting at ``window_start``."""
 
+    def usage_after(self, namespace: str, queue: str, window_start: int) -> dict[int, int]:
+        """Claims charged to each window starting after ``window_start``."""
+
     def charge(self, namespace: str, queue: str, window_start: int, n: int) -> None:
         """Add ``n`` claims to a window's usage."""
 

@@ -41,6 +41,19 @@ def usage(conn: sqlite3.Connection, namespace: str, queue: str, window_start: in
     return 0 if row is None else row[0]
 
 
+def usage_after(
+    conn: sqlite3.Connection, namespace: str, queue: str, window_start: int
+) -> dict[int, int]:
+    """Claims charged to windows starting after ``window_start``, by start (there
+    are some only after the host's clock stepped back)."""
+    rows = conn.execute(
+        "SELECT window_start, used FROM policy_usage "
+        "WHERE namespace = ? AND queue = ? AND window_start > ?",
+        (namespace, queue, window_start),
+    ).fetchall()
+    return {start: used for start, used in rows}
+
+
 def charge(conn: sqlite3.Connection, namespace: str, queue: str, window_start: int, n: int) -> None:
     """Charge ``n`` claims to a window, in the claim's transaction."""
     conn.execute(

@@ -26,11 +26,11 @@ old time):
 
   The one case where the issue's properties conflict: a window used up within the
   step of its start, with the window before it used up too. Never over (the
-  product's rule) keeps it shut for its remaining part plus the step, more than
-  one nominal window. Today the daemon instead admits that window again when it
-  comes round (a run-time roll starts a window at 0, not at its stored usage): a
-  bug, shown by the strict xfail test below, left for a fix in
-  daemon/admission/policies.py.
+  product's rule) wins over never shut longer than one nominal window: the stored
+  usage of windows after the current one is loaded at start
+  (:attr:`actors.policy.PolicyState.ahead`), so the window charged on the old
+  time stays used up when it comes round on the new one. The queue is then shut
+  for one nominal window plus the step, at most.
 
 Tested here on MockClock with a separate wall source (:class:`HostWall`) standing
 in for the host's clock, on the real Core and store, restarts included.
@@ -50,6 +50,7 @@ import trio.testing
 
 from actors.clock import Clock
 from actors.limits import MAX_WAIT_MS
+from actors.policy import PolicyState, parse_policy
 from daemon.core import Core
 from tests.unit.harness import call, claim_jobs, job_row, running_core
 
@@ -201,11 +202,6 @@ async def use_up_both_days(tmp_path: Path, host: HostWall) -> float:
     return exhausted
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="PolicyState.status/room roll into a new window at 0, not at its stored usage: "
-    "after a backward step and a restart, the window already used up is admitted again",
-)
 async def test_the_worst_backward_step_shuts_a_window_for_one_window_plus_the_step(
     tmp_path, autojump_clock
 ):
@@ -226,14 +222,19 @@ async def test_the_worst_backward_step_shuts_a_window_for_one_window_plus_the_st
         assert shut_ms == DAY - 10 * 60_000 + HOUR
 
 
-async def test_a_backward_step_reopens_a_used_up_window_within_the_step(tmp_path, autojump_clock):
-    """What the daemon does today in that worst case (see the xfail above): shut
-    no longer than the step (-1 h), but the new day's window admits again."""
-    host = HostWall(MIDNIGHT - 30 * 60_000)
-    exhausted = await use_up_both_days(tmp_path, host)
-    async with daemon(tmp_path, host) as core:
-        await seconds_to_a_claim(core, DAY + HOUR)
-        assert (trio.current_time() - exhausted) * 1000 <= HOUR
+def test_a_window_charged_ahead_of_the_clock_starts_at_its_charge():
+    """The unit under the test above: :attr:`PolicyState.ahead` seeds a window
+    when the clock reaches it, and windows the clock has passed are dropped."""
+    state = PolicyState("default", "q")
+    state.policy = parse_policy({"max_claims_per_window": 3, "window": DAY_LA})
+    state.roll(MIDNIGHT - HOUR)
+    assert (state.window_end, state.used) == (MIDNIGHT, 0)
+    state.ahead = {MIDNIGHT: 3, MIDNIGHT + DAY: 1}
+    state.roll(MIDNIGHT + 1)
+    assert (state.window_start, state.used) == (MIDNIGHT, 3)
+    assert state.ahead == {MIDNIGHT + DAY: 1}
+    state.roll(MIDNIGHT + 3 * DAY)
+    assert (state.used, state.ahead) == (0, {})
 
 
 # -- drips (time_based budgets) -----------------------------------------------------------
