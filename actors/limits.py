@@ -58,3 +58,10 @@ MAX_WAIT_MS = 3_600_000
 MAX_TOKENS = 2**31 - 1
 #: Budgets one job binds to at most.
 MAX_BINDINGS = 16
+#: Levels of nesting orjson encodes at most.
+ENCODE_DEPTH = 254
+#: Levels an answer wraps a stored value in (``{"jobs": [{"job": {"payload": ...}}]}``
+#: is 4), with room to spare.
+ANSWER_ENVELOPE = 6
+#: Levels a stored value (a payload, a result) may have, so that every answer can carry it.
+VALUE_DEPTH = ENCODE_DEPTH - ANSWER_ENVELOPE

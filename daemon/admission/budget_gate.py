@@ -32,6 +32,7 @@ from actors.due import Due, DueActor
 from actors.errors import Refused
 from daemon import failpoints
 from daemon.admission.budget_answers import BudgetAnswers
+from daemon.admission.budget_release import BudgetRelease
 from daemon.admission.doorbell import Doorbell
 from daemon.store.interface import Committer, JobRow, Store, Tx
 
@@ -46,13 +47,11 @@ QueueKey = tuple[str, str]
 PARK_PER_CLAIM = 1000
 #: Resolutions of bindings kept (distinct kinds of bound job; bounded).
 RESOLVED_KEPT = 4096
-#: At most this many parked jobs are released per budget per transaction.
-RELEASE_BATCH = 1000
 
 UNFINISHED = (lc.SCHEDULED, lc.PENDING, lc.RUNNING)
 
 
-class BudgetGate(BudgetAnswers):
+class BudgetGate(BudgetAnswers, BudgetRelease):
     """The budgets' side of enqueue, claim and finishing, for one daemon."""
 
     def __init__(
@@ -336,82 +335,6 @@ class BudgetGate(BudgetAnswers):
                             for b, _c in resolved]}  # fmt: skip
 
     # -- releasing parked jobs --------------------------------------------------
-
-    def settings_changed(self, budget: Budget) -> None:
-        """A budget was updated (after commit): a raised limit may release jobs."""
-        self._wake(budget)
-
-    def _wake(self, budget: Budget) -> None:
-        """Something changed a budget's tokens or queue: tell the waker when to look."""
-        if budget.parked > 0:
-            at = budget.next_release_at(self._clock.now_ms())
-            if at is not None:
-                self.waker.note(at)
-            elif budget.head_cost is None:
-                self.waker.note(self._clock.now_ms())  # find the head, then decide
-
-    def earliest(self) -> int | None:
-        """The first instant some budget can release its oldest parked job."""
-        now = self._clock.now_ms()
-        best: int | None = None
-        for key in list(self.waiting):
-            budget = self.budgets.get(key)
-            if budget is None or budget.parked <= 0:
-                self.waiting.discard(key)
-                continue
-            if budget.head_cost is None:
-                oldest = self._store.jobs.parked_oldest(key[0], key[1], 1)
-                budget.head_is(cost_for(oldest[0][2], key[1]) if oldest else 1)
-            at = budget.next_release_at(now)
-            if at is not None and (best is None or at < best):
-                best = at
-        return best
-
-    def release_due(self, tx: Tx) -> None:
-        """Release, on every budget that can pay for some, its oldest parked jobs."""
-        for key in list(self.waiting):
-            budget = self.budgets.get(key)
-            if budget is None:
-                continue
-            at = budget.next_release_at(tx.now_ms)
-            if at is not None and at <= tx.now_ms:
-                self._release(tx, budget)
-
-    def _release(self, tx: Tx, budget: Budget) -> None:
-        # Read no more parked rows than the tokens could pay for (plus the one
-        # that says where to stop): a release behind a big backlog stays cheap.
-        affordable = budget.pool.available(tx.now_ms) - budget.reserved_cost
-        limit = max(1, min(RELEASE_BATCH, int(affordable) + 1))
-        rows = tx.store.jobs.parked_oldest(budget.namespace, budget.key, limit)
-        if not rows:  # the count disagrees with the store: trust the store, never spin
-            log.error("budget %r/%r counted %d parked jobs, the store has none",
-                      budget.namespace, budget.key, budget.parked)  # fmt: skip
-            budget.park(None, -budget.parked)
-            budget.head_is(None)
-            self.waiting.discard((budget.namespace, budget.key))
-            return
-        promised = budget.reserved_cost
-        released: list[tuple[str, str, int]] = []
-        head: int | None = None
-        for job_id, queue, text in rows:
-            cost = cost_for(text, budget.key)
-            if not budget.pool.can_debit(promised + cost, tx.now_ms):
-                head = cost
-                break
-            promised += cost
-            released.append((job_id, queue, cost))
-        if not released:
-            budget.head_is(head)
-            return
-        tx.store.jobs.unpark([job_id for job_id, _q, _c in released])
-        per_queue: dict[str, int] = {}
-        for _job_id, queue, cost in released:
-            self._count_parked(tx, budget, (budget.namespace, queue), cost, -1)
-            per_queue[queue] = per_queue.get(queue, 0) + 1
-        tx.undo(budget.reserve([(job_id, cost) for job_id, _q, cost in released]))
-        budget.head_is(head)
-        namespace, ring = budget.namespace, self._doorbell.ring
-        tx.after(lambda: [ring((namespace, q), n) for q, n in per_queue.items()])
 
 
 def _change_bound(tx: Tx, budget: Budget, cost: int, n: int) -> None:

@@ -39,6 +39,7 @@ from daemon import failpoints
 from daemon.store import bridge
 from daemon.store.health import StoreHealth, is_store_failure, store_refusal
 from daemon.store.interface import Pending
+from daemon.store.probe import PROBE_FIRST, PROBE_MAX, FailingStore, rollback
 from daemon.store.sqlite import SqliteStore
 from daemon.store.transaction import Done, Tx, Write
 
@@ -47,12 +48,9 @@ T = TypeVar("T")
 #: A store error met anywhere (a read in a verb too) answers ``unavailable``.
 if store_refusal not in OUTCOMES:
     OUTCOMES.append(store_refusal)
-#: The committer's probe of a failing store: first delay and cap (seconds).
-PROBE_FIRST = 0.25
-PROBE_MAX = 10.0
 
 
-class GroupCommit:
+class GroupCommit(FailingStore):
     """Gathers the writes of one scheduling round into one transaction.
 
     A transaction takes writes until it has run for ``budget_s``; the rest wait
@@ -265,7 +263,7 @@ class GroupCommit:
                 begun(self.store)
         except Exception as exc:  # a store error answers unavailable, a bug internal
             self._journal.tx = None
-            _rollback(conn, self._errors)
+            rollback(conn, self._errors)
             self._fail_all(writes, exc)
             return True
         # Read once the locks are held: behind another daemon's commit, ours come after.
@@ -321,7 +319,7 @@ class GroupCommit:
             conn.execute("COMMIT")
         except self._errors as exc:
             self._journal.tx = None
-            _rollback(conn, self._errors)
+            rollback(conn, self._errors)
             _rolled_back(writes)
             self._fail_all(writes, exc)
             return True
@@ -348,62 +346,6 @@ class GroupCommit:
             for hook in self.after_commit:
                 hook()
             time.sleep(0.02)
-
-    def _fail_all(self, writes: list[Write], exc: BaseException) -> None:
-        """The transaction failed: a store error answers ``unavailable``, a bug
-        ``internal`` (one logged reference for the whole transaction)."""
-        refused = store_refusal(exc)
-        if refused is not None:
-            self.health.failed(exc)
-        else:
-            refused = internal_error(exc)
-        for item in writes:
-            item.tx = None
-            item.error = refused
-
-    def failed_elsewhere(self, exc: BaseException) -> None:
-        """A probe outside any transaction (``/healthz``) found the store away:
-        failing, and the committer probes for its return even with no write."""
-        self.health.failed(exc)
-        self._wake.set()
-
-    def _recovered(self) -> None:
-        if self.health.wrote():
-            self._probe_delay = PROBE_FIRST
-            self._probe_at = None
-
-    def _probe(self) -> None:
-        """A failing store's probe: a one-page write (the schema version,
-        rewritten unchanged) in its own transaction; on PostgreSQL a statement
-        on any pooled connection."""
-        conn = self._conn
-        if self._pool is not None:
-            try:
-                conn.execute("SELECT 1")  # PostgreSQL: the server answers again
-            except Refused:  # still away (daemon.store.postgres answers unavailable)
-                return
-            self._recovered()
-            return
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-            conn.execute(f"PRAGMA user_version = {version}")
-            conn.execute("COMMIT")
-        except self._errors as exc:
-            _rollback(conn, self._errors)
-            if not is_store_failure(exc):
-                internal_error(exc)  # logged with a reference; the store stays failing
-            return
-        self._recovered()
-
-
-def _rollback(conn: Any, errors: tuple[type[BaseException], ...]) -> None:
-    """Roll back what is open; the database may have done it already, or fail to."""
-    if conn.in_transaction:
-        try:
-            conn.execute("ROLLBACK")
-        except errors as exc:
-            log.warning("rollback failed: %s", exc)
 
 
 def _rolled_back(writes: list[Write]) -> None:

@@ -35,14 +35,12 @@ from daemon.store.interface import JobRow, Tx
 from daemon.store.rows import as_row, dumps, to_wire
 from daemon.verbs.args import (
     between,
-    fast_enqueue,
-    fast_enqueue_many,
     json_value,
     name,
-    register_fast,
     text,
 )
 from daemon.verbs.budgets import create_budget, strategy_refused
+from daemon.verbs.fast_checks import fast_enqueue, fast_enqueue_many, register_fast
 from daemon.verbs.table import Call, Plan, verb
 
 if TYPE_CHECKING:

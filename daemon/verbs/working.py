@@ -32,13 +32,15 @@ from daemon.store.interface import JobRow, StaleRow, Tx
 from daemon.store.rows import dumps, to_wire
 from daemon.verbs.args import (
     between,
+    json_value,
+    name,
+    text,
+)
+from daemon.verbs.fast_checks import (
     fast_claim_next,
     fast_complete,
     fast_complete_many,
-    json_value,
-    name,
     register_fast,
-    text,
 )
 from daemon.verbs.table import Call, Later, Plan, verb
 

@@ -11,7 +11,7 @@ any write (a policy, a quota document, a budget's strategy). Checked:
 
 - nothing raises but :class:`actors.errors.Refused` (structuring refuses only
   as ``invalid_argument`` naming a field);
-- a hot verb's fast check (:data:`daemon.verbs.args.FAST`) never accepts what
+- a hot verb's fast check (:data:`daemon.verbs.fast_checks.FAST`) never accepts what
   the strict converter refuses, and both make the same object.
 """
 
@@ -29,8 +29,9 @@ from actors.quota import parse_quota
 from daemon.dispatch import _minimal_asked
 from daemon.transport.framing import Request, parse
 from daemon.verbs import VERBS
-from daemon.verbs.args import FAST, converter, structure
+from daemon.verbs.args import converter, structure
 from daemon.verbs.budgets import parse_strategy
+from daemon.verbs.fast_checks import FAST
 from tests.fuzz.targets import check, refusal_only
 
 

@@ -14,14 +14,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from actors.errors import Refused
-from daemon.verbs.args import (
+from daemon.verbs.args import converter, structure
+from daemon.verbs.fast_checks import (
     _ENQUEUE,
     FAST,
-    converter,
     fast_complete,
     fast_complete_many,
     register_fast,
-    structure,
 )
 from daemon.verbs.producing import EnqueueArgs, EnqueueManyArgs
 from daemon.verbs.working import ClaimNextArgs, CompleteArgs, CompleteManyArgs
