@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from actors.errors import Refused
 from daemon.dispatch import dispatch
-from tests.model.driver import CoreDriver
+from tests.model.driver import CoreDriver, ModelStore
 from tests.model.reference import (
     DEAD,
     POLICY_QUEUE,
@@ -54,6 +55,7 @@ from tests.model.reference import (
     Pool,
     Violation,
 )
+from tests.model.stores import SqliteExample
 
 NS = "default"
 #: The drip budget's token: 10 s of units (one token per 10 s at allocation 1).
@@ -83,12 +85,13 @@ def expect(code: str | None, thunk: Any) -> dict[str, Any] | None:
 
 
 class ModelMachine(RuleBasedStateMachine):
-    """The Core on a temp-dir SQLite store against :class:`Model`."""
+    """The Core on a fresh store (SQLite unless told) against :class:`Model`."""
 
-    def __init__(self) -> None:
+    def __init__(self, store: Callable[[Path], ModelStore] = SqliteExample) -> None:
+        """``store`` makes the example's store from its temp dir (:mod:`tests.model.stores`)."""
         super().__init__()
         self.dir = Path(tempfile.mkdtemp(prefix="sluicegate-model-"))
-        self.core = CoreDriver(self.dir)
+        self.core = CoreDriver(store(self.dir))
         now = self.core.now_ms()
         pools = {
             "flight": Pool("flight", allocation=2),

@@ -25,14 +25,19 @@ not be deterministic; that needs a settle condition from the group committer
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
+from tests import postgres
+from tests.model.driver import ModelStore
 from tests.model.machine import ModelMachine
 from tests.model.reference import Violation
 from tests.model.stale_gate import stale_budget_gate
+from tests.model.stores import ModelDatabase, PostgresExample, SqliteExample
 
 EXAMPLES = int(os.environ.get("SLUICEGATE_MODEL_EXAMPLES", "200"))
 STEPS = int(os.environ.get("SLUICEGATE_MODEL_STEPS", "40"))
@@ -46,15 +51,39 @@ MODEL_SETTINGS = settings(
     database=None,
 )
 
+#: The stores the model runs on; PostgreSQL skips without a server (fails under CI).
+STORES = pytest.mark.parametrize(
+    "model_store",
+    ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)],
+    indirect=True,
+)
 
-def test_core_agrees_with_the_model():
-    run_state_machine_as_test(ModelMachine, settings=MODEL_SETTINGS)
+
+@pytest.fixture
+def model_store(
+    request: pytest.FixtureRequest,
+) -> Iterator[Callable[[Path], ModelStore]]:
+    """Makes each example's store: a copy of a migrated SQLite file, or the
+    test's own PostgreSQL database (migrated once, emptied per example)."""
+    if request.param == "sqlite":
+        yield SqliteExample
+        return
+    server: postgres.Server = request.getfixturevalue("postgres_server")
+    with postgres.fresh_database(server.admin_dsn) as dsn:
+        database = ModelDatabase.prepare(dsn)
+        yield lambda _directory: PostgresExample(database)
 
 
-def test_the_model_catches_a_budget_gate_deciding_from_a_stale_read(monkeypatch):
+@STORES
+def test_core_agrees_with_the_model(model_store):
+    run_state_machine_as_test(lambda: ModelMachine(model_store), settings=MODEL_SETTINGS)
+
+
+@STORES
+def test_the_model_catches_a_budget_gate_deciding_from_a_stale_read(model_store, monkeypatch):
     """Issue 17's acceptance: a budget decided from a stale read over-admits, and
     the model says so (a claim over a budget, or the budget's in-flight cost or
     tokens disagreeing with the model's)."""
     broken = settings(MODEL_SETTINGS, max_examples=EXAMPLES, phases=[Phase.generate])
     with stale_budget_gate(monkeypatch), pytest.raises(Violation, match="budget"):
-        run_state_machine_as_test(ModelMachine, settings=broken)
+        run_state_machine_as_test(lambda: ModelMachine(model_store), settings=broken)
