@@ -354,19 +354,7 @@ async def _observe(driver: CoreDriver) -> dict[str, Any]:
     """What the store and the Core's memory say, read on the Trio run's thread."""
     core = driver.core
     assert core is not None
-    conn = core.conn
-    rows = {
-        job_id: (state, attempts, lease, expires)
-        for job_id, state, attempts, lease, expires in conn.execute(
-            "SELECT id, state, attempts, lease, lease_expires_at FROM jobs"
-        )
-    }
-    db_counts = {
-        (ns, q, s): n
-        for ns, q, s, n in conn.execute(
-            "SELECT namespace, queue, state, count(*) FROM jobs GROUP BY namespace, queue, state"
-        )
-    }
+    rows, db_counts = await driver.store.read(core.db, lambda: _stored(core.conn))
     mem_counts = {(ns, q, s): n for (ns, q), c in core.counts for s, n in c.items() if n}
     now = core.clock.now_ms()
     pools = {}
@@ -379,6 +367,23 @@ async def _observe(driver: CoreDriver) -> dict[str, Any]:
         policy = (status["in_flight"], status["used"])
     return {"now": now, "rows": rows, "db_counts": db_counts, "mem_counts": mem_counts,
             "pools": pools, "policy": policy}  # fmt: skip
+
+
+def _stored(conn: Any) -> tuple[dict[str, tuple], dict[tuple[str, str, str], int]]:
+    """Each job's (state, attempts, lease, expiry), and the counts by state."""
+    rows = {
+        job_id: (state, attempts, lease, expires)
+        for job_id, state, attempts, lease, expires in conn.execute(
+            "SELECT id, state, attempts, lease, lease_expires_at FROM jobs"
+        )
+    }
+    counts = {
+        (ns, q, s): n
+        for ns, q, s, n in conn.execute(
+            "SELECT namespace, queue, state, count(*) FROM jobs GROUP BY namespace, queue, state"
+        )
+    }
+    return rows, counts
 
 
 async def _admission(core: Any) -> dict[str, Any] | None:

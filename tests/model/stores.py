@@ -34,10 +34,10 @@ from __future__ import annotations
 import asyncio
 import shutil
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 import attrs
@@ -46,11 +46,14 @@ import trio
 import trio_asyncio
 
 from daemon.config import Config, parse_config
+from daemon.store import bridge
 from daemon.store.opening import open_database
 from daemon.store.pg_opening import PgDatabase, open_postgres
 from daemon.store.pg_schema import VERSION_TABLE, migrate_postgres
 from daemon.store.postgres import Portals
 from tests.postgres import CONNECT_TIMEOUT, run_asyncio
+
+T = TypeVar("T")
 
 #: Open mode, with no admin write limit (the model changes limits often).
 _DAEMON = {"admin_write_rate": "unlimited"}
@@ -94,6 +97,10 @@ class SqliteExample:
     async def close(self, db: Any) -> None:
         """Close what :meth:`open` opened."""
         db.conn.close()
+
+    async def read(self, db: Any, fn: Callable[[], T]) -> T:
+        """``fn()``: its statements run on ``db``'s connection."""
+        return fn()
 
     def in_flight(self) -> list[asyncio.Task[Any]]:
         """Nothing: SQLite's statements run on the event loop, never in flight."""
@@ -154,8 +161,10 @@ class ModelDatabase:
                 await conn.executemany(
                     f'INSERT INTO "{table}" ({names}) VALUES ({marks})', list(rows)
                 )
-            for table, column in self.identities:
-                await conn.execute(f'ALTER TABLE "{table}" ALTER COLUMN "{column}" RESTART')
+            for table, column in self.identities:  # setval, not ALTER: no DDL, no lock
+                await conn.execute(
+                    "SELECT setval(pg_get_serial_sequence($1, $2), 1, false)", f'"{table}"', column
+                )
 
 
 class PostgresExample:
@@ -211,6 +220,11 @@ class PostgresExample:
         """Close the pool."""
         with trio.CancelScope(shield=True):
             await db.aclose()
+
+    async def read(self, db: PgDatabase, fn: Callable[[], T]) -> T:
+        """``fn()`` bridged on one pooled connection: its statements cross to
+        asyncio once together, not once each."""
+        return await bridge.run_pooled(db.pool, fn)
 
     def in_flight(self) -> list[asyncio.Task[Any]]:
         """The asyncio tasks not done yet: a statement, a connect or a pool's
