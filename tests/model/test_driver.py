@@ -70,7 +70,7 @@ def test_a_restart_on_postgres_opens_a_new_pool_on_the_same_database(pg_driver):
     before, pool = pg_driver.core, pg_driver.core.db.pool
     pg_driver.restart()
     assert pg_driver.core is not before and pg_driver.core.db.pool is not pool
-    assert pool._closed  # the old pool's connections are gone
+    assert pool.is_closing() and pool.get_size() == 0  # the old pool closed
     assert pg_driver.verb("get", job_id=job["id"])["job"]["status"] == "pending"
 
 
