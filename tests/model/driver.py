@@ -4,7 +4,8 @@ Hypothesis state machines are synchronous, a Core lives inside one ``trio.run``
 (its group committer, reaper, delay timer and budget waker are tasks, and its
 events and cancel scopes belong to that run). So :class:`CoreDriver` keeps one
 ``trio.run`` alive in a thread for a whole example and each rule hands it one
-coroutine with :func:`trio.from_thread.run`, waiting for the answer.
+coroutine (through a memory channel that the run's main task serves, one call
+at a time), waiting for the answer.
 
 Time is :class:`trio.testing.MockClock` with ``rate=0`` and no autojump: it
 moves only when a rule says so (:meth:`CoreDriver.advance`), never while the
@@ -18,9 +19,10 @@ depends only on the steps before it, which is what makes the run reproducible
 On PostgreSQL a step is settled only when, besides, no statement is on the
 wire (:mod:`tests.model.stores` says how that is seen): while one is, every
 Trio task is blocked too. The driver waits for it, then for the tasks it
-wakes, until both hold at once. The calls run in a task of the run (not in
-the system task :func:`trio.from_thread.run` would make): trio-asyncio's loop
-is found in the context of the task that opened it.
+wakes, until both hold at once. The calls run in the main task, not in the
+system task :func:`trio.from_thread.run` would make: trio-asyncio's loop is
+found in the context of the task that opened it, and the Core's tasks, started
+from a call, inherit it.
 
 A restart (:meth:`CoreDriver.restart`) cancels the Core's tasks, closes the
 store (the SQLite connection, or the PostgreSQL pool) and builds a new Core
