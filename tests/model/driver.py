@@ -189,6 +189,8 @@ class CoreDriver:
         # the one its timers sleep until: a float sum of jumps may stop an ulp
         # short of it, a timer due "now" would then not fire on a frozen clock.
         assert self.core is not None
+        # Never while a statement is on the wire: its timeouts would fire in virtual time.
+        assert not self.store.in_flight(), "advance called before the last step settled"
         clock = self.core.clock
         target = clock.now_ms() + ms
         deadline = clock.deadline_for(target)
