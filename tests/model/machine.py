@@ -91,7 +91,11 @@ class ModelMachine(RuleBasedStateMachine):
         """``store`` makes the example's store from its temp dir (:mod:`tests.model.stores`)."""
         super().__init__()
         self.dir = Path(tempfile.mkdtemp(prefix="sluicegate-model-"))
-        self.core = CoreDriver(store(self.dir))
+        try:
+            self.core = CoreDriver(store(self.dir))
+        except BaseException:  # no teardown follows a failed __init__
+            shutil.rmtree(self.dir, ignore_errors=True)
+            raise
         now = self.core.now_ms()
         pools = {
             "flight": Pool("flight", allocation=2),
