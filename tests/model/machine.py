@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from actors.errors import Refused
 from daemon.dispatch import dispatch
-from tests.model.driver import CoreDriver
+from tests.model.driver import CoreDriver, ModelStore
 from tests.model.reference import (
     DEAD,
     POLICY_QUEUE,
@@ -54,6 +55,7 @@ from tests.model.reference import (
     Pool,
     Violation,
 )
+from tests.model.stores import SqliteExample
 
 NS = "default"
 #: The drip budget's token: 10 s of units (one token per 10 s at allocation 1).
@@ -83,12 +85,17 @@ def expect(code: str | None, thunk: Any) -> dict[str, Any] | None:
 
 
 class ModelMachine(RuleBasedStateMachine):
-    """The Core on a temp-dir SQLite store against :class:`Model`."""
+    """The Core on a fresh store (SQLite unless told) against :class:`Model`."""
 
-    def __init__(self) -> None:
+    def __init__(self, store: Callable[[Path], ModelStore] = SqliteExample) -> None:
+        """``store`` makes the example's store from its temp dir (:mod:`tests.model.stores`)."""
         super().__init__()
         self.dir = Path(tempfile.mkdtemp(prefix="sluicegate-model-"))
-        self.core = CoreDriver(self.dir)
+        try:
+            self.core = CoreDriver(store(self.dir))
+        except BaseException:  # no teardown follows a failed __init__
+            shutil.rmtree(self.dir, ignore_errors=True)
+            raise
         now = self.core.now_ms()
         pools = {
             "flight": Pool("flight", allocation=2),
@@ -351,19 +358,7 @@ async def _observe(driver: CoreDriver) -> dict[str, Any]:
     """What the store and the Core's memory say, read on the Trio run's thread."""
     core = driver.core
     assert core is not None
-    conn = core.conn
-    rows = {
-        job_id: (state, attempts, lease, expires)
-        for job_id, state, attempts, lease, expires in conn.execute(
-            "SELECT id, state, attempts, lease, lease_expires_at FROM jobs"
-        )
-    }
-    db_counts = {
-        (ns, q, s): n
-        for ns, q, s, n in conn.execute(
-            "SELECT namespace, queue, state, count(*) FROM jobs GROUP BY namespace, queue, state"
-        )
-    }
+    rows, db_counts = await driver.store.read(core.db, lambda: _stored(core.conn))
     mem_counts = {(ns, q, s): n for (ns, q), c in core.counts for s, n in c.items() if n}
     now = core.clock.now_ms()
     pools = {}
@@ -376,6 +371,23 @@ async def _observe(driver: CoreDriver) -> dict[str, Any]:
         policy = (status["in_flight"], status["used"])
     return {"now": now, "rows": rows, "db_counts": db_counts, "mem_counts": mem_counts,
             "pools": pools, "policy": policy}  # fmt: skip
+
+
+def _stored(conn: Any) -> tuple[dict[str, tuple], dict[tuple[str, str, str], int]]:
+    """Each job's (state, attempts, lease, expiry), and the counts by state."""
+    rows = {
+        job_id: (state, attempts, lease, expires)
+        for job_id, state, attempts, lease, expires in conn.execute(
+            "SELECT id, state, attempts, lease, lease_expires_at FROM jobs"
+        )
+    }
+    counts = {
+        (ns, q, s): n
+        for ns, q, s, n in conn.execute(
+            "SELECT namespace, queue, state, count(*) FROM jobs GROUP BY namespace, queue, state"
+        )
+    }
+    return rows, counts
 
 
 async def _admission(core: Any) -> dict[str, Any] | None:

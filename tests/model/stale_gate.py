@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+from weakref import WeakKeyDictionary
 
 import pytest
 
@@ -21,29 +22,38 @@ from actors.budgets import Budget
 from daemon.admission.budget_gate import BudgetGate
 from daemon.store.interface import JobRow, Tx
 
+#: A pool's raw state: (units, as of, cost in flight).
+Raw = tuple[int, int, int]
+
 
 @contextmanager
 def stale_budget_gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """While open, every Core's budget gate decides from the pool before the last claim."""
-    #: id(budget) -> its pool's raw state at the start of the previous claim.
-    stale: dict[int, tuple[int, int, int]] = {}
-    #: id(budget) -> its pool's raw state at the start of this claim.
-    current: dict[int, tuple[int, int, int]] = {}
+    """While open, every Core's budget gate decides from the pool before the last claim.
+
+    What each gate saw is its own (a restart's new Core starts with nothing
+    seen), so an example replays the same way and hypothesis can shrink it.
+    """
+    #: gate -> id(budget) -> its pool's raw state at the start of the previous claim.
+    stale: WeakKeyDictionary[BudgetGate, dict[int, Raw]] = WeakKeyDictionary()
+    #: gate -> id(budget) -> its pool's raw state at the start of this claim.
+    current: WeakKeyDictionary[BudgetGate, dict[int, Raw]] = WeakKeyDictionary()
     claim = BudgetGate.claim
 
     def stale_claim(self: BudgetGate, tx: Tx, *args: Any, **kwargs: Any) -> list[JobRow]:
+        before, now = stale.setdefault(self, {}), current.setdefault(self, {})
         for budget in self.budgets.values():
             key = id(budget)
-            stale[key] = current.get(key, budget.pool.raw())
-            current[key] = budget.pool.raw()
+            before[key] = now.get(key, budget.pool.raw())
+            now[key] = budget.pool.raw()
         return claim(self, tx, *args, **kwargs)
 
     def stale_debit(self: BudgetGate, tx: Tx, row: JobRow) -> Budget | None:
         now = tx.now_ms
         resolved = self._resolve(row.namespace, row.budgets)
+        before = stale.get(self, {})
         for budget, cost in resolved:
             seen = TokenPool(budget.pool.spec, now)
-            seen.restore(stale.get(id(budget), budget.pool.raw()))
+            seen.restore(before.get(id(budget), budget.pool.raw()))
             if not seen.can_debit(cost, now):
                 return budget
         for budget, cost in resolved:
