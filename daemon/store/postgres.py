@@ -125,6 +125,7 @@ class PgConnection:
     errors: tuple[type[BaseException], ...] = (
         asyncpg.PostgresError,
         asyncpg.InterfaceError,
+        asyncpg.exceptions.InternalClientError,  # a session ended under it (health.py)
         OSError,
         TimeoutError,
     )

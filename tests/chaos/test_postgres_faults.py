@@ -1,0 +1,291 @@
+"""PostgreSQL's own faults under a workload (issue 17): the server's connections
+terminated, the database restarted, a daemon paused past its leases. Each run
+is checked by the history checker (tests/chaos/history.py): lost 0, unexpected
+0, every duplicate explained, ``max_in_flight`` never over; and the daemon is
+the same process before and after, serving: it recovered without a restart.
+
+1. ``pg_terminate_backend`` on a seeded random choice of the daemon's server
+   connections (pool and listener), several times, on the shared server (only
+   the test's own database). Every answer is clean: a refusal is
+   ``unavailable`` (or ``lease_lost`` for a complete that came too late),
+   never ``internal``, and no socket client loses its connection.
+2. The database restarted under the daemon (a throwaway cluster of its own,
+   never the shared server): stopped ``-m fast`` or ``-m immediate``
+   (seeded), ``/healthz`` and the socket's writes answer ``unavailable``
+   meanwhile, then started again.
+3. Two daemons on one database, a workload on each; one is SIGSTOPped for
+   three leases while its workers hold jobs. The other reaps and delivers
+   them again; the paused daemon, continued, refuses its workers' late
+   ``complete`` of each job taken over ``lease_lost``. The in-flight cap holds
+   across both daemons, counted from the history and from the database's own
+   record of every move (tests/chaos/pg_nemesis.py).
+
+CI sizes (about 45 s together on the 2-core machine). A long run by hand::
+
+    SLUICEGATE_PG_FAULTS_JOBS=20000 SLUICEGATE_PG_FAULTS_KILLS=40 \\
+    SLUICEGATE_PG_FAULTS_RESTARTS=10 SLUICEGATE_PG_FAULTS_PAUSES=5 \\
+        .venv/bin/pytest -n 0 -s tests/chaos/test_postgres_faults.py
+
+(``SLUICEGATE_PG_FAULTS_SEED``, 17 by default, picks the seed; the figures are
+printed with ``-s``; docs/reliability.md has the last ones.)
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+from urllib.parse import urlsplit
+
+import pytest
+
+from tests import postgres
+from tests.chaos.history import (
+    CLAIM,
+    History,
+    check,
+    in_flight_peaks,
+    over_admitted,
+    superseded_completions,
+)
+from tests.chaos.pg_nemesis import MOVES, RECORDER, running_peaks, terminate_backends
+from tests.chaos.workload import Workload, faults
+from tests.postgres_cluster import ThrowawayCluster, find_bindir
+from tests.support import RawClient, wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
+
+JOBS = int(os.environ.get("SLUICEGATE_PG_FAULTS_JOBS", "1500"))
+KILLS = int(os.environ.get("SLUICEGATE_PG_FAULTS_KILLS", "6"))
+RESTARTS = int(os.environ.get("SLUICEGATE_PG_FAULTS_RESTARTS", "3"))
+PAUSES = int(os.environ.get("SLUICEGATE_PG_FAULTS_PAUSES", "1"))
+SEED = int(os.environ.get("SLUICEGATE_PG_FAULTS_SEED", "17"))
+#: Queue q0's policy (q1 has none): never over, faults included.
+MAX_IN_FLIGHT = 4
+#: What a fault may make the daemon answer: the database away, or a complete
+#: whose lease lapsed meanwhile (its job delivered again). Never ``internal``.
+CLEAN = {"unavailable", "lease_lost"}
+
+
+def _daemon(make_daemon, dsn: str, http: bool = False):
+    daemon = make_daemon(f'database = "{dsn}"\n', http=http, start=False)
+    daemon.dsn = dsn  # DaemonProcess.sql reads this database
+    daemon.start(timeout=30)
+    with RawClient(daemon.socket) as c:
+        c.ok("policy_set", queue="q0", max_in_flight=MAX_IN_FLIGHT)
+    return daemon
+
+
+def _finish(workload: Workload, jobs: int, **drain) -> dict[str, str]:
+    """Wait for every job acknowledged, drain; the store's final state."""
+    try:
+        workload.wait_produced(timeout=60 + jobs / 20)
+    finally:
+        workload.stop_producing.set()
+        workload.drain(timeout=60 + jobs / 50, **drain)
+    return workload.final_state()
+
+
+def _assert_contract(history: History, final: dict[str, str], what: str) -> None:
+    """The checker's invariants, every acknowledged job completed, q0 never over."""
+    report = check(history.ops, final)
+    peak = in_flight_peaks(history.ops).get("queue:q0", 0)
+    print(f"{what}: {report.summary()}; q0 in flight at most {peak} of {MAX_IN_FLIGHT}")
+    assert not report.lost, sorted(report.lost)[:10]
+    assert not report.unexpected, sorted(report.unexpected)[:10]
+    assert not report.unexplained, report.unexplained[:3]
+    assert over_admitted(history.ops, {"queue:q0": MAX_IN_FLIGHT}) == {}
+    assert not superseded_completions(history.ops)
+    acked = {op.key for op in history.ops if op.f == "enqueue" and op.type == "ok"}
+    assert {final[k] for k in acked} == {"completed"}
+
+
+def _assert_clean(workload: Workload) -> None:
+    refused = {code for _verb, code in workload.refusals}
+    print(f"refusals {dict(workload.refusals)}, connections dropped {workload.drops}")
+    assert refused <= CLEAN, dict(workload.refusals)
+    assert workload.drops == 0
+
+
+def _assert_serving(daemon, pid: int) -> None:
+    """The same process, and it serves: a job goes through."""
+    assert daemon.proc.pid == pid and daemon.proc.poll() is None, daemon.log_text()[-2000:]
+    with RawClient(daemon.socket) as c:
+        job = c.ok("enqueue", queue="after", type="t")["job"]
+        got = c.ok("claim_next", queues=["after"], wait_ms=1000)["jobs"][0]["job"]
+        assert got["id"] == job["id"]
+        assert c.ok("complete", job_id=got["id"], lease=got["lease"])
+    assert "internal" not in daemon.log_text()
+
+
+def test_terminated_connections_lose_nothing_and_answer_cleanly(pg_dsn, make_daemon,
+                                                                postgres_server):  # fmt: skip
+    daemon = _daemon(make_daemon, pg_dsn)
+    pid = daemon.proc.pid
+    database = urlsplit(pg_dsn).path.lstrip("/")
+    rng = random.Random(SEED)
+    history = History()
+    workload = Workload(daemon, history, jobs=JOBS)
+    terminated: list[int] = []
+
+    def kill(i: int) -> None:  # the last one takes every connection
+        everyone = i == KILLS - 1
+        terminated.append(terminate_backends(postgres_server.admin_dsn, database, rng, everyone))
+
+    started = time.monotonic()
+    workload.start()
+    try:
+        done = faults(workload, rng, KILLS, timeout=60 + JOBS / 20, fault=kill)
+    finally:
+        final = _finish(workload, JOBS)
+    print(f"pg_terminate_backend seed {SEED}: {done} kills ({sum(terminated)} connections), "
+          f"{JOBS} jobs, {time.monotonic() - started:.1f}s")  # fmt: skip
+    assert done == KILLS and all(terminated), terminated
+    _assert_contract(history, final, "terminate")
+    _assert_clean(workload)
+    _assert_serving(daemon, pid)
+
+
+def _bindir():
+    bindir = find_bindir()
+    if bindir is None:
+        postgres.unavailable("initdb and pg_ctl not found (a throwaway cluster is needed)",
+                             os.environ)  # fmt: skip
+    return bindir
+
+
+def test_a_database_restarted_under_the_workload_loses_nothing(make_daemon):
+    # Commits reach the server's WAL before they are answered: an immediate
+    # stop (a crash of the server) keeps every acknowledged commit.
+    rng = random.Random(SEED)
+    modes = ["immediate"] + ["fast"] * (RESTARTS - 1)
+    rng.shuffle(modes)
+    crash_safe = ThrowawayCluster(_bindir(), settings="synchronous_commit = on\n")
+    with crash_safe as cluster, postgres.fresh_database(cluster.admin_dsn) as dsn:
+        daemon = _daemon(make_daemon, dsn, http=True)
+        pid = daemon.proc.pid
+        history = History()
+        workload = Workload(daemon, history, jobs=JOBS)
+        seen_down: list[tuple[int, str]] = []
+
+        def restart(i: int) -> None:
+            cluster.halt(modes[i])
+            try:
+                down = _healthz_down(daemon)
+                with RawClient(daemon.socket) as c:
+                    refused = c.call("enqueue", queue="down", type="t")
+                assert not refused["ok"], refused
+                seen_down.append((down.status_code, refused["error"]["code"]))
+            finally:
+                cluster.resume()
+
+        started = time.monotonic()
+        workload.start()
+        try:
+            done = faults(workload, rng, RESTARTS, timeout=60 + JOBS / 10, fault=restart)
+        finally:
+            final = _finish(workload, JOBS)
+        print(f"restarts seed {SEED}: {done} ({', '.join(modes)}), {JOBS} jobs, "
+              f"{time.monotonic() - started:.1f}s")  # fmt: skip
+        assert done == RESTARTS
+        assert seen_down == [(503, "unavailable")] * RESTARTS
+        _assert_contract(history, final, "restart")
+        _assert_clean(workload)
+        _assert_serving(daemon, pid)
+        with daemon.http() as http:
+            assert http.get("/healthz").status_code == 200
+        daemon.cleanup()  # before the database is dropped
+
+
+def _healthz_down(daemon):
+    """``/healthz`` once it answers 503 with the database unreachable."""
+
+    def down():
+        with daemon.http() as http:
+            answer = http.get("/healthz")
+        return answer.status_code == 503 and not answer.json()["database"]["reachable"] and answer
+
+    return wait_until(down, timeout=30, what="/healthz 503, the database unreachable")
+
+
+LEASE_MS = 1000
+#: A paused daemon stays stopped this long: its leases lapse, the other reaps.
+PAUSE_S = 3 * LEASE_MS / 1000
+
+
+def test_a_daemon_paused_past_its_leases_is_taken_over_and_refused_lease_lost(pg_dsn, make_daemon):
+    paused, other = _daemon(make_daemon, pg_dsn), _daemon(make_daemon, pg_dsn)
+    for statement in RECORDER:
+        other.sql(statement)
+    rng = random.Random(SEED)
+    history = History()
+    jobs = JOBS // 2
+    # The paused daemon's workers hold what they claim a while (the work), so
+    # that they hold jobs when it stops; their completes then wait in its socket.
+    mine = Workload(paused, history, jobs=jobs, producers=1, workers=2, lease_ms=LEASE_MS,
+                    name="a.", hold_s=0.2)  # fmt: skip
+    theirs = Workload(other, history, jobs=jobs, producers=1, workers=2, lease_ms=LEASE_MS,
+                      name="b.")  # fmt: skip
+    windows: list[tuple[int, int]] = []
+
+    def pause(_i: int) -> None:
+        wait_until(lambda: _holding(history, "a."), timeout=30, what="a worker of A holding jobs")
+        paused.proc.send_signal(signal.SIGSTOP)
+        stopped = int(time.time() * 1000)
+        try:
+            time.sleep(PAUSE_S)  # the fault itself: real time past the leases
+        finally:
+            paused.proc.send_signal(signal.SIGCONT)
+        windows.append((stopped, int(time.time() * 1000)))
+
+    def unfinished() -> int:
+        ((n,),) = other.sql("SELECT count(*) FROM jobs WHERE state IN "
+                            "('scheduled', 'pending', 'running')")  # fmt: skip
+        return int(n)
+
+    started = time.monotonic()
+    mine.start()
+    theirs.start()
+    try:
+        done = faults(mine, rng, PAUSES, timeout=60 + jobs / 10, fault=pause)
+    finally:
+        final_theirs = _finish(theirs, jobs, unfinished=unfinished)
+        _finish(mine, jobs, unfinished=unfinished)
+    report = check(history.ops, final_theirs)
+    taken_over = [d for d in report.duplicates
+                  if d.first.process.startswith("a.") and d.second.process.startswith("b.")
+                  and any(s <= d.second.time_ms <= c for s, c in windows)]  # fmt: skip
+    late = [op for op in history.ops if op.process.startswith("a.") and op.f == "complete"
+            and op.error == "lease_lost"]  # fmt: skip
+    db_peaks = running_peaks(other.sql(MOVES))
+    print(f"pause seed {SEED}: {done} pauses of {PAUSE_S:g}s, {jobs * 2} jobs, "
+          f"{time.monotonic() - started:.1f}s: {len(taken_over)} taken over while paused, "
+          f"{len(late)} late completes refused lease_lost; q0 in flight at most "
+          f"{db_peaks.get('q0')} in the database")  # fmt: skip
+    assert done == PAUSES
+    _assert_contract(history, final_theirs, "pause")
+    assert taken_over, "the other daemon took over no job while one was paused"
+    assert {d.explained_by for d in report.duplicates} <= {"lease_lapse"}
+    # Each job taken over: its first worker's late complete was refused lease_lost.
+    settled = {(op.key, op.lease): op for op in history.ops
+               if op.f == "complete" and op.type in ("ok", "fail")}  # fmt: skip
+    for d in taken_over:
+        answer = settled.get((d.key, d.first.lease))
+        assert answer is not None and answer.error == "lease_lost", (d, answer)
+    assert db_peaks.get("q0", 0) <= MAX_IN_FLIGHT, db_peaks
+    for workload in (mine, theirs):
+        _assert_clean(workload)
+    _assert_serving(paused, paused.proc.pid)
+
+
+def _holding(history: History, prefix: str) -> bool:
+    """Whether a worker named ``prefix...`` holds a delivered job not yet settled."""
+    claimed, settled = set(), set()
+    for op in list(history.ops):
+        if op.process.startswith(prefix):
+            if op.f == CLAIM and op.type == "ok":
+                claimed.add((op.key, op.lease))
+            elif op.f == "complete":
+                settled.add((op.key, op.lease))
+    return bool(claimed - settled)
