@@ -68,8 +68,8 @@ MAX_IN_FLIGHT = 4
 CLEAN = {"unavailable", "lease_lost"}
 
 
-def _daemon(make_daemon, dsn: str, http: bool = False):
-    daemon = make_daemon(f'database = "{dsn}"\n', http=http, start=False)
+def _daemon(make_daemon, dsn: str, http: bool = False, extra: str = ""):
+    daemon = make_daemon(f'database = "{dsn}"\n{extra}', http=http, start=False)
     daemon.dsn = dsn  # DaemonProcess.sql reads this database
     daemon.start(timeout=30)
     with RawClient(daemon.socket) as c:
@@ -210,17 +210,20 @@ def _healthz_down(daemon):
 
 
 LEASE_MS = 1000
+#: A daemon frozen mid-transaction holds the cluster's epoch lock: the server ends
+#: its session after this long, and the other daemon's writes go on.
+IDLE = 'database_idle_in_transaction_timeout = "500ms"\n'
 #: A paused daemon stays stopped this long: its leases lapse, the other reaps.
 PAUSE_S = 3 * LEASE_MS / 1000
 
 
 def test_a_daemon_paused_past_its_leases_is_taken_over_and_refused_lease_lost(pg_dsn, make_daemon):
-    paused, other = _daemon(make_daemon, pg_dsn), _daemon(make_daemon, pg_dsn)
+    paused, other = (_daemon(make_daemon, pg_dsn, extra=IDLE) for _ in range(2))
     for statement in RECORDER:
         other.sql(statement)
     rng = random.Random(SEED)
     history = History()
-    jobs = JOBS // 2
+    jobs = JOBS // 4
     # The paused daemon's workers hold what they claim a while (the work), so
     # that they hold jobs when it stops; their completes then wait in its socket.
     mine = Workload(paused, history, jobs=jobs, producers=1, workers=2, lease_ms=LEASE_MS,
@@ -249,9 +252,14 @@ def test_a_daemon_paused_past_its_leases_is_taken_over_and_refused_lease_lost(pg
     theirs.start()
     try:
         done = faults(mine, rng, PAUSES, timeout=60 + jobs / 10, fault=pause)
+        for workload in (mine, theirs):
+            workload.wait_produced(timeout=60 + jobs / 20)
     finally:
-        final_theirs = _finish(theirs, jobs, unfinished=unfinished)
-        _finish(mine, jobs, unfinished=unfinished)
+        for workload in (mine, theirs):
+            workload.stop_producing.set()
+        for workload in (mine, theirs):
+            workload.drain(timeout=60 + jobs / 50, unfinished=unfinished)
+    final_theirs = theirs.final_state()
     report = check(history.ops, final_theirs)
     taken_over = [d for d in report.duplicates
                   if d.first.process.startswith("a.") and d.second.process.startswith("b.")
