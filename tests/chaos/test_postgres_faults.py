@@ -1,29 +1,44 @@
 """PostgreSQL's own faults under a workload (issue 17): the server's connections
 terminated, the database restarted, a daemon paused past its leases. Each run
 is checked by the history checker (tests/chaos/history.py): lost 0, unexpected
-0, every duplicate explained, ``max_in_flight`` never over; and the daemon is
-the same process before and after, serving: it recovered without a restart.
+0, every duplicate explained, ``max_in_flight`` never over, no completion
+acknowledged on a lease already superseded; and the daemon is the same process
+before and after, serving: it recovered without a restart.
 
 1. ``pg_terminate_backend`` on a seeded random choice of the daemon's server
-   connections (pool and listener), several times, on the shared server (only
-   the test's own database). Every answer is clean: a refusal is
-   ``unavailable`` (or ``lease_lost`` for a complete that came too late),
-   never ``internal``, and no socket client loses its connection.
+   connections (pool and listener; the last time all of them), several times,
+   on the shared server (only the test's own database). Every answer is
+   clean: a refusal is ``unavailable`` (or ``lease_lost`` for a complete that
+   came too late), never ``internal``, and no socket client loses its
+   connection.
 2. The database restarted under the daemon (a throwaway cluster of its own,
-   never the shared server): stopped ``-m fast`` or ``-m immediate``
-   (seeded), ``/healthz`` and the socket's writes answer ``unavailable``
-   meanwhile, then started again.
+   never the shared server, with ``synchronous_commit = on``): stopped with
+   ``pg_ctl stop -m immediate`` or ``-m fast`` (seeded, half each), then, while
+   it is down, ``/healthz`` must answer 503 (database unreachable) and a
+   socket ``enqueue`` ``unavailable``; then started again. The same answers
+   as in 1.
 3. Two daemons on one database, a workload on each; one is SIGSTOPped for
-   three leases while its workers hold jobs. The other reaps and delivers
-   them again; the paused daemon, continued, refuses its workers' late
-   ``complete`` of each job taken over ``lease_lost``. The in-flight cap holds
-   across both daemons, counted from the history and from the database's own
-   record of every move (tests/chaos/pg_nemesis.py).
+   three leases while its workers hold jobs, caught in the middle of a write
+   transaction (stopped and continued at once until ``pg_stat_activity``
+   shows it idle in a transaction), so that it holds the cluster's epoch
+   lock. The server ends that session after
+   ``database_idle_in_transaction_timeout`` (500 ms here), and the other
+   daemon reaps the lapsed leases and delivers the jobs again while the first
+   is still stopped; continued, the paused daemon refuses its workers' late
+   ``complete`` of each job taken over: ``lease_lost``, or ``unavailable`` for
+   one that was a write of the transaction the server ended (rolled back).
+   The in-flight cap holds across both daemons, counted from the history and
+   from the database's own record of every move (tests/chaos/pg_nemesis.py).
+   By hand (``SLUICEGATE_PG_FAULTS_CATCH=1``, 25 s), the same pause against a
+   timeout longer than it (as before the setting existed) shows the stall:
+   nothing is taken over while the daemon is stopped.
 
-CI sizes (about 45 s together on the 2-core machine). A long run by hand::
+CI: 1,500 jobs with 6 terminations, 1,500 with 3 restarts, 750 over two
+daemons with 1 pause; about 35 s together on the 2-core machine. A long run
+by hand (about 7 minutes)::
 
-    SLUICEGATE_PG_FAULTS_JOBS=20000 SLUICEGATE_PG_FAULTS_KILLS=40 \\
-    SLUICEGATE_PG_FAULTS_RESTARTS=10 SLUICEGATE_PG_FAULTS_PAUSES=5 \\
+    SLUICEGATE_PG_FAULTS_JOBS=20000 SLUICEGATE_PG_FAULTS_KILLS=60 \\
+    SLUICEGATE_PG_FAULTS_RESTARTS=16 SLUICEGATE_PG_FAULTS_PAUSES=6 \\
         .venv/bin/pytest -n 0 -s tests/chaos/test_postgres_faults.py
 
 (``SLUICEGATE_PG_FAULTS_SEED``, 17 by default, picks the seed; the figures are
@@ -36,8 +51,9 @@ import os
 import random
 import signal
 import time
+from collections import Counter
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import attrs
 import pytest
@@ -52,6 +68,7 @@ from tests.chaos.history import (
     superseded_completions,
 )
 from tests.chaos.pg_nemesis import MOVES, RECORDER, running_peaks, terminate_backends
+from tests.chaos.pg_proxy import CommitCutter
 from tests.chaos.workload import Workload, faults
 from tests.postgres_cluster import ThrowawayCluster, find_bindir
 from tests.support import RawClient, wait_until
@@ -163,7 +180,7 @@ def test_a_database_restarted_under_the_workload_loses_nothing(make_daemon):
     # Commits reach the server's WAL before they are answered: an immediate
     # stop (a crash of the server) keeps every acknowledged commit.
     rng = random.Random(SEED)
-    modes = ["immediate"] + ["fast"] * (RESTARTS - 1)
+    modes = ["fast" if i % 2 else "immediate" for i in range(RESTARTS)]
     rng.shuffle(modes)
     crash_safe = ThrowawayCluster(_bindir(), settings="synchronous_commit = on\n")
     with crash_safe as cluster, postgres.fresh_database(cluster.admin_dsn) as dsn:
@@ -322,12 +339,18 @@ def test_a_daemon_paused_past_its_leases_is_taken_over_and_refused_lease_lost(pg
     _assert_contract(run.history, theirs.final_state(), "pause")
     assert run.taken_over, "the other daemon took over no job while one was paused"
     assert {d.explained_by for d in run.report.duplicates} <= {"lease_lapse"}
-    # Each job taken over: its first worker's late complete was refused lease_lost.
+    # Each job taken over: its first worker's late complete was refused
+    # lease_lost, or unavailable when it was a write of the very transaction the
+    # server ended (rolled back: the job was not completed by it either).
     settled = {(op.key, op.lease): op for op in run.history.ops
                if op.f == "complete" and op.type in ("ok", "fail")}  # fmt: skip
+    answers: Counter[str] = Counter()
     for d in run.taken_over:
         answer = settled.get((d.key, d.first.lease))
-        assert answer is not None and answer.error == "lease_lost", (d, answer)
+        assert answer is not None and answer.type == "fail", (d, answer)
+        answers[answer.error] += 1
+    print(f"late completes of the jobs taken over: {dict(answers)}")
+    assert set(answers) <= {"lease_lost", "unavailable"} and answers["lease_lost"], answers
     assert run.db_peak <= MAX_IN_FLIGHT
     for workload in (mine, theirs):
         _assert_clean(workload)
@@ -355,3 +378,45 @@ def _holding(history: History, prefix: str) -> bool:
             elif op.f == "complete":
                 settled.add((op.key, op.lease))
     return bool(claimed - settled)
+
+
+#: Answers of COMMITs lost (tests/chaos/pg_proxy.py) during CUT_JOBS enqueued jobs.
+CUTS = 5
+CUT_JOBS = 600
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "a COMMIT whose answer is lost (the server committed it) fails the transaction's "
+    "writes unavailable, which promises that nothing was written: the enqueued jobs "
+    "exist, and the checker counts them unexpected (the producer was told they were "
+    "refused). Not fixed here; see docs/reliability.md"))  # fmt: skip
+def test_a_commit_whose_answer_is_lost_is_not_refused_as_nothing_written(pg_dsn, make_daemon):
+    """Producers only; a proxy between the daemon and the server cuts the
+    connection right after forwarding a COMMIT, five times. Each of those
+    transactions was committed; the daemon cannot know it."""
+    parts = urlsplit(pg_dsn)
+    proxy = CommitCutter((parts.hostname or "127.0.0.1", parts.port or 5432))
+    try:
+        through = parts._replace(netloc=f"{parts.username}@127.0.0.1:{proxy.port}",
+                                 query="sslmode=disable")  # fmt: skip
+        daemon = _daemon(make_daemon, urlunsplit(through))
+        daemon.dsn = pg_dsn  # the test reads the database directly
+        history = History()
+        workload = Workload(daemon, history, jobs=CUT_JOBS, workers=0)
+        workload.start()
+        try:
+            faults(workload, random.Random(SEED), CUTS, timeout=60, fault=lambda _i: proxy.cut())
+            workload.wait_produced(timeout=60)
+        finally:
+            workload.stop_producing.set()
+        wait_until(lambda: proxy.cuts == CUTS, timeout=30, what="every armed cut used")
+        report = check(history.ops, workload.final_state())
+        print(f"commit answers cut {proxy.cuts}: {report.summary()}; "
+              f"refusals {dict(workload.refusals)}")  # fmt: skip
+        assert not report.lost and workload.drops == 0
+        assert not report.unexpected, (
+            f"{len(report.unexpected)} jobs refused unavailable were committed: "
+            f"{sorted(report.unexpected)[:5]}"
+        )
+    finally:
+        proxy.close()
