@@ -30,6 +30,7 @@ class CommitCutter:
     def __init__(self, upstream: tuple[str, int]) -> None:
         self.upstream = upstream
         self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.1)  # accept() looks at _closing this often
         self.port: int = self._listener.getsockname()[1]
         self._armed = 0
         #: COMMITs whose answers were cut.
@@ -46,7 +47,9 @@ class CommitCutter:
             self._armed += times
 
     def close(self) -> None:
+        """Stop accepting, close every connection, end every thread."""
         self._closing = True
+        self._threads[0].join(5)
         self._listener.close()
         for sock in list(self._sockets):
             _close(sock)
@@ -57,9 +60,14 @@ class CommitCutter:
         while not self._closing:
             try:
                 client, _ = self._listener.accept()
+            except TimeoutError:
+                continue
             except OSError:
                 return
+            client.settimeout(None)
             server = socket.create_connection(self.upstream)
+            for sock in (client, server):  # small messages: no Nagle delay
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._sockets += [client, server]
             cut = threading.Event()  # set: the server's bytes are no longer passed on
             for target, args in ((self._frontend, (client, server, cut)),

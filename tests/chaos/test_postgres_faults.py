@@ -396,6 +396,7 @@ def test_a_commit_whose_answer_is_lost_is_not_refused_as_nothing_written(pg_dsn,
     transactions was committed; the daemon cannot know it."""
     parts = urlsplit(pg_dsn)
     proxy = CommitCutter((parts.hostname or "127.0.0.1", parts.port or 5432))
+    daemon = None
     try:
         through = parts._replace(netloc=f"{parts.username}@127.0.0.1:{proxy.port}",
                                  query="sslmode=disable")  # fmt: skip
@@ -419,4 +420,6 @@ def test_a_commit_whose_answer_is_lost_is_not_refused_as_nothing_written(pg_dsn,
             f"{sorted(report.unexpected)[:5]}"
         )
     finally:
+        if daemon is not None:
+            daemon.cleanup()  # before its database's way goes
         proxy.close()
