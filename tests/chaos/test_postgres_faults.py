@@ -239,9 +239,14 @@ IDLE_MS = 500
 #: A session idle in a transaction this long (ms) is the frozen daemon's: the
 #: live one's transactions never wait on it so long.
 FROZEN_MS = 150
+#: The paused daemon holds the epoch lock: one of its sessions idles in a
+#: transaction (past its BEGIN: its bump waits on nobody), and the other
+#: daemon's write waits for a lock.
 _FROZEN = (
-    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-    f"AND state = 'idle in transaction' AND now() - state_change > interval '{FROZEN_MS} ms'"
+    "SELECT count(*) FILTER (WHERE state = 'idle in transaction' "
+    f"AND now() - state_change > interval '{FROZEN_MS} ms'), "
+    "count(*) FILTER (WHERE wait_event_type = 'Lock') "
+    "FROM pg_stat_activity WHERE datname = current_database()"
 )
 
 
@@ -281,15 +286,17 @@ def run_pause(make_daemon, dsn: str, idle_ms: int) -> Paused:
     theirs = Workload(other, history, jobs=jobs, producers=1, workers=2, lease_ms=LEASE_MS,
                       name="b.")  # fmt: skip
     windows: list[tuple[int, int]] = []
+    attempts: list[int] = []  # stops until one was mid-transaction, per pause
 
     def pause(_i: int) -> None:
-        for _attempt in range(50):
+        for attempt in range(1, 51):
             wait_until(lambda: _holding(history, "a."), timeout=30, what="A's workers holding")
             paused.proc.send_signal(signal.SIGSTOP)
             stopped = int(time.time() * 1000)
             time.sleep(FROZEN_MS * 1.5 / 1000)
-            (((frozen,),)) = other.sql(_FROZEN)
-            if frozen:
+            ((frozen, waiting),) = other.sql(_FROZEN)
+            if frozen and waiting:
+                attempts.append(attempt)
                 break
             paused.proc.send_signal(signal.SIGCONT)  # not mid-transaction: again
             time.sleep(rng.uniform(0, 0.05))
@@ -327,7 +334,8 @@ def run_pause(make_daemon, dsn: str, idle_ms: int) -> Paused:
             and op.error == "lease_lost"]  # fmt: skip
     db_peak = running_peaks(other.sql(MOVES)).get("q0", 0)
     print(f"pause seed {SEED}, idle timeout {idle_ms} ms: {done} pauses of {PAUSE_S:g}s "
-          f"mid-transaction, {jobs * 2} jobs, {time.monotonic() - started:.1f}s: "
+          f"mid-transaction (stops tried {attempts}), {jobs * 2} jobs, "
+          f"{time.monotonic() - started:.1f}s: "
           f"{len(taken_over)} taken over while paused, {len(late)} late completes refused "
           f"lease_lost; q0 in flight at most {db_peak} in the database")  # fmt: skip
     return Paused(history, report, taken_over, late, db_peak, (mine, theirs))
