@@ -5,7 +5,9 @@ server, which commits it, and whose answer never comes back (the connection
 breaks in between, as a server crash or a network cut a moment later would do).
 :meth:`CommitCutter.cut` arms the proxy: the next simple-protocol ``COMMIT`` a
 client sends is forwarded, given :data:`SETTLE_S` to be committed, and then
-both sides of that connection are closed, its answer unsent.
+both sides of that connection are closed, its answer unsent. With
+``before=True`` the connection is cut instead of forwarding the ``COMMIT``:
+the server never sees it, and rolls the transaction back.
 
 Only the frontend's messages are read (a startup message, then ``type, length,
 body``), so the DSN through it must not use TLS (``sslmode=disable``).
@@ -33,6 +35,7 @@ class CommitCutter:
         self._listener.settimeout(0.1)  # accept() looks at _closing this often
         self.port: int = self._listener.getsockname()[1]
         self._armed = 0
+        self._before = False
         #: COMMITs whose answers were cut.
         self.cuts = 0
         self._lock = threading.Lock()
@@ -41,10 +44,12 @@ class CommitCutter:
         self._threads = [threading.Thread(target=self._accept, daemon=True)]
         self._threads[0].start()
 
-    def cut(self, times: int = 1) -> None:
-        """Cut the answers of the next ``times`` COMMITs (any connection)."""
+    def cut(self, times: int = 1, before: bool = False) -> None:
+        """Cut the answers of the next ``times`` COMMITs (any connection);
+        ``before``: cut before the COMMIT reaches the server."""
         with self._lock:
             self._armed += times
+            self._before = before
 
     def close(self) -> None:
         """Stop accepting, close every connection, end every thread."""
@@ -88,8 +93,9 @@ class CommitCutter:
                 message = head + body
                 if message == _COMMIT and self._take():
                     cut.set()
-                    server.sendall(message)
-                    time.sleep(SETTLE_S)  # the server commits; its answer is never sent
+                    if not self._before:
+                        server.sendall(message)
+                        time.sleep(SETTLE_S)  # the server commits; its answer is never sent
                     _close(client)
                     _close(server)
                     return
