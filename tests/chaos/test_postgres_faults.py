@@ -32,10 +32,15 @@ before and after, serving: it recovered without a restart.
    By hand (``SLUICEGATE_PG_FAULTS_CATCH=1``, 25 s), the same pause against a
    timeout longer than it (as before the setting existed) shows the stall:
    nothing is taken over while the daemon is stopped.
+4. A COMMIT whose answer is lost: a proxy (tests/chaos/pg_proxy.py) cuts the
+   connection right after forwarding a ``COMMIT`` (the server commits), or
+   instead of forwarding it (the server rolls back); the daemon must answer
+   the writes as the server ended them (daemon/store/commit_outcome.py).
 
 CI: 1,500 jobs with 6 terminations, 1,500 with 3 restarts, 750 over two
-daemons with 1 pause; about 35 s together on the 2-core machine. A long run
-by hand (about 7 minutes)::
+daemons with 1 pause, 600 with 5 cuts each way; about 47 s together on the
+2-core machine at a load of 4-11 (each test alone). A long run by hand
+(about 7 minutes)::
 
     SLUICEGATE_PG_FAULTS_JOBS=20000 SLUICEGATE_PG_FAULTS_KILLS=60 \\
     SLUICEGATE_PG_FAULTS_RESTARTS=16 SLUICEGATE_PG_FAULTS_PAUSES=6 \\
