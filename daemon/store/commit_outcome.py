@@ -36,8 +36,10 @@ from daemon.store import bridge
 
 log = logging.getLogger("sluicegate.store")
 
-#: The longest wait for the server to say how a transaction ended (seconds).
-RESOLVE_S = 10.0
+#: The longest wait for the server to say how a transaction ended (seconds):
+#: enough for a terminated session or a cut connection, and for a server
+#: restarted at once; short, since the committer, and so every write, waits.
+RESOLVE_S = 3.0
 #: First and longest pause between two questions (seconds).
 RETRY_S = (0.05, 1.0)
 _STATUS = "SELECT txid_status($1)"
