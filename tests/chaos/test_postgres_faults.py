@@ -40,7 +40,7 @@ before and after, serving: it recovered without a restart.
 CI: 1,500 jobs with 6 terminations, 1,500 with 3 restarts, 750 over two
 daemons with 1 pause, 600 with 5 cuts each way; about 47 s together on the
 2-core machine at a load of 4-11 (each test alone). A long run by hand
-(about 7 minutes)::
+(about 10 minutes)::
 
     SLUICEGATE_PG_FAULTS_JOBS=20000 SLUICEGATE_PG_FAULTS_KILLS=60 \\
     SLUICEGATE_PG_FAULTS_RESTARTS=16 SLUICEGATE_PG_FAULTS_PAUSES=6 \\
