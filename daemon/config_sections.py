@@ -99,6 +99,12 @@ class DaemonConfig:
     database_statement_timeout: Duration = attrs.field(default=30_000, validator=at_least(100))
     #: PostgreSQL: how long one connection attempt may take.
     database_connect_timeout: Duration = attrs.field(default=5_000, validator=at_least(100))
+    #: PostgreSQL: a transaction of this daemon that waits on the daemon itself
+    #: this long (the process frozen: SIGSTOP, a paused VM) is ended by the
+    #: server, freeing the cluster's epoch lock for the other daemons.
+    database_idle_in_transaction_timeout: Duration = attrs.field(
+        default=5_000, validator=at_least(100)
+    )
     socket: str = ""
     http: str = "127.0.0.1:7890"
     maintenance: bool = True
@@ -262,6 +268,7 @@ DURATION_FIELDS: dict[type, set[str]] = {
         "idle_timeout",
         "database_statement_timeout",
         "database_connect_timeout",
+        "database_idle_in_transaction_timeout",
     },
     RetentionConfig: {"completed_ttl", "dead_ttl", "interval"},
     PeriodicConfig: {"every", "lease_ms"},

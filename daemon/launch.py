@@ -125,6 +125,7 @@ async def opened_store(cfg: DaemonConfig) -> AsyncIterator[Any]:
                 pool_size=cfg.database_pool_size,
                 statement_timeout_ms=cfg.database_statement_timeout,
                 connect_timeout_ms=cfg.database_connect_timeout,
+                idle_in_transaction_ms=cfg.database_idle_in_transaction_timeout,
             )
             try:
                 yield pg

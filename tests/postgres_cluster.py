@@ -109,9 +109,10 @@ class ThrowawayCluster:
             raise
         return self.admin_dsn
 
-    def halt(self) -> None:
-        """Stop the server at once, keeping its files (an outage: ``resume`` ends it)."""
-        self._run("pg_ctl", "-D", "data", "-m", "immediate", "-w", "stop")
+    def halt(self, mode: str = "immediate") -> None:
+        """Stop the server, keeping its files (an outage: ``resume`` ends it):
+        ``immediate`` at once (a crash), ``fast`` ending the sessions first."""
+        self._run("pg_ctl", "-D", "data", "-m", mode, "-w", "stop")
 
     def resume(self) -> None:
         """Start the server again after :meth:`halt` (crash recovery from its WAL)."""

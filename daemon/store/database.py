@@ -37,6 +37,7 @@ import trio
 from actors.errors import OUTCOMES, Refused, internal_error
 from daemon import failpoints
 from daemon.store import bridge
+from daemon.store.commit_outcome import committed_after_all
 from daemon.store.health import StoreHealth, is_store_failure, store_refusal
 from daemon.store.interface import Pending
 from daemon.store.probe import PROBE_FIRST, PROBE_MAX, FailingStore, rollback
@@ -269,6 +270,7 @@ class GroupCommit(FailingStore):
         # Read once the locks are held: behind another daemon's commit, ours come after.
         now = self._now_ms()
         changes_at_begin = conn.total_changes
+        committing = False
         try:
             index = 0
             while True:
@@ -316,13 +318,16 @@ class GroupCommit(FailingStore):
                 pending.flush(self.store)
             if failpoints.ARMED:
                 self._failpoints(writes)
+            committing = True
             conn.execute("COMMIT")
         except self._errors as exc:
             self._journal.tx = None
-            rollback(conn, self._errors)
-            _rolled_back(writes)
-            self._fail_all(writes, exc)
-            return True
+            # A COMMIT that raised may have committed (PostgreSQL: the answer lost).
+            if not (committing and committed_after_all(conn, exc)):
+                rollback(conn, self._errors)
+                _rolled_back(writes)
+                self._fail_all(writes, exc)
+                return True
         if self.health.failing is not None and conn.total_changes != changes_at_begin:
             self._recovered()
         self.commits += 1

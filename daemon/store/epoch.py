@@ -37,6 +37,19 @@ def bump(conn: sqlite3.Connection) -> int:
     return int(row[0])
 
 
+def bump_postgres(conn: Any) -> int:
+    """:func:`bump` on PostgreSQL, noting the transaction's id on the connection
+    facade too, in the same statement (asked after a COMMIT whose answer was
+    lost: :mod:`daemon.store.commit_outcome`)."""
+    row = conn.execute(
+        "UPDATE cluster_epoch SET epoch = epoch + 1 WHERE id = 1 RETURNING epoch, txid_current()"
+    ).fetchone()
+    if row is None:
+        raise RuntimeError("cluster_epoch has no row 1: the schema is incomplete")
+    conn.transaction_id = int(row[1])
+    return int(row[0])
+
+
 class LimitState(NamedTuple):
     """The limit state every daemon reads back after another one wrote."""
 

@@ -64,9 +64,18 @@ STORE_CODES = frozenset(
 #: the server shutting down or cancelling a statement past its timeout
 #: (class 57), out of resources (53: disk full, too many connections), and a
 #: transaction rolled back for a deadlock or a serialization failure (40).
+#: asyncpg's ``InternalClientError`` too: a session the server ended while it
+#: was idle in the pool (``pg_terminate_backend``, a restart) sends its FATAL
+#: before the close, and a statement sent in between finds the protocol still
+#: consuming that error ("cannot switch to state 15; another operation (2) is
+#: in progress"); the pool drops the connection on its release. And a session
+#: the server ended for idling in a transaction (25P03: this daemon was frozen
+#: mid-transaction past ``database_idle_in_transaction_timeout``).
 PG_STORE_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.PostgresConnectionError,
     asyncpg.InterfaceError,
+    asyncpg.exceptions.InternalClientError,
+    asyncpg.exceptions.IdleInTransactionSessionTimeoutError,
     asyncpg.exceptions.OperatorInterventionError,
     asyncpg.exceptions.InsufficientResourcesError,
     asyncpg.exceptions.TransactionRollbackError,

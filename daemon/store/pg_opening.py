@@ -119,15 +119,29 @@ async def open_postgres(
     pool_size: int = 10,
     statement_timeout_ms: int = 30_000,
     connect_timeout_ms: int = 5_000,
+    idle_in_transaction_ms: int = 5_000,
 ) -> PgDatabase:
     """The pool on ``dsn`` (retried with backoff until the server answers),
-    migrated. Runs inside ``trio_asyncio.open_loop()``."""
+    migrated. Runs inside ``trio_asyncio.open_loop()``.
+
+    ``idle_in_transaction_ms`` sets the sessions' ``idle_in_transaction_session_timeout``.
+    Every write transaction holds the cluster's epoch lock
+    (:mod:`daemon.admission.cluster`), so a daemon frozen between two of its
+    statements (SIGSTOP, a paused VM, swap) would stall every other daemon's
+    writes for as long as it stays frozen. The server ends such a session after
+    this long; the frozen daemon, once it runs again, finds the connection gone
+    and answers that transaction's writes ``unavailable`` (nothing of it was
+    committed). A live daemon's gaps between statements are its event loop's
+    turns, far shorter.
+    """
     # Imported here: the schema module is the migrations' (daemon.store.pg_schema).
     from daemon.store.pg_schema import migrate_postgres
 
     password = _password(password_file)
     connect_args = {"password": password, "timeout": connect_timeout_ms / 1000,
-                    "server_settings": {"application_name": "sluicegate"}}  # fmt: skip
+                    "server_settings": {"application_name": "sluicegate",
+                                        "idle_in_transaction_session_timeout":
+                                            str(idle_in_transaction_ms)}}  # fmt: skip
     delay = RETRY_S[0]
     attempt = 0
     while True:

@@ -125,6 +125,7 @@ class PgConnection:
     errors: tuple[type[BaseException], ...] = (
         asyncpg.PostgresError,
         asyncpg.InterfaceError,
+        asyncpg.exceptions.InternalClientError,  # a session ended under it (health.py)
         OSError,
         TimeoutError,
     )
@@ -134,6 +135,10 @@ class PgConnection:
         self.pool = pool
         #: Rows changed by this process's commands, as sqlite3's ``total_changes``.
         self.total_changes = 0
+        #: The id of the write transaction open now, once its epoch bump took it
+        #: (cleared at each BEGIN): asked after a COMMIT whose answer was lost
+        #: (daemon.store.commit_outcome).
+        self.transaction_id: int | None = None
 
     @property
     def in_transaction(self) -> bool:
@@ -147,6 +152,8 @@ class PgConnection:
         conn = bridge.connection_or_none()
         if conn is None:
             return self._alone(text, returns_rows, params)
+        if text == "BEGIN":
+            self.transaction_id = None
         if returns_rows:
             rows = bridge.await_(conn.fetch(text, *params))
             if returning:

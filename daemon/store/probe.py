@@ -85,9 +85,12 @@ class FailingStore:
 
 
 def rollback(conn: Any, errors: tuple[type[BaseException], ...]) -> None:
-    """Roll back what is open; the database may have done it already, or fail to."""
-    if conn.in_transaction:
-        try:
+    """Roll back what is open; the database may have done it already, or fail to.
+    Asking is inside the ``try``: a PostgreSQL connection whose session ended
+    mid-transaction is back in the pool already, and says so by raising (else
+    the error would escape the transaction, whose writes would go unanswered)."""
+    try:
+        if conn.in_transaction:
             conn.execute("ROLLBACK")
-        except errors as exc:
-            log.warning("rollback failed: %s", exc)
+    except errors as exc:
+        log.warning("rollback failed: %s", exc)

@@ -295,3 +295,21 @@ def over_admitted(ops: Iterable[Op], limits: Mapping[str, int]) -> dict[str, int
     """Groups whose in-flight peak went above their limit: group -> peak."""
     peaks = in_flight_peaks(ops)
     return {g: peaks[g] for g, cap in limits.items() if peaks.get(g, 0) > cap}
+
+
+def superseded_completions(ops: Iterable[Op]) -> list[Op]:
+    """Completions acknowledged on a lease after the job was delivered again under
+    another one: a late ``complete`` of a worker whose lease lapsed, which must
+    be refused ``lease_lost`` (the checker's duplicates call that second
+    delivery explained; this says whether the old lease was then honoured)."""
+    deliveries: dict[str | None, list[Op]] = defaultdict(list)
+    found = []
+    for op in sorted(ops, key=lambda o: o.index):
+        if op.f == CLAIM and op.type == OK:
+            deliveries[op.key].append(op)
+        elif op.f == COMPLETE and op.type == OK:
+            mine = [d.index for d in deliveries[op.key] if d.lease == op.lease]
+            if mine and any(d.index > mine[0] and d.lease != op.lease
+                            for d in deliveries[op.key]):  # fmt: skip
+                found.append(op)
+    return found

@@ -13,6 +13,7 @@ from tests.chaos.history import (
     check,
     in_flight_peaks,
     over_admitted,
+    superseded_completions,
 )
 
 
@@ -176,3 +177,23 @@ def test_a_heartbeat_pushes_the_lease_that_a_takeover_must_outlast():
     h2.heartbeat("w1", job, expires_at=1_003_000, time_ms=1_000_500)
     h2.claimed("w2", {**job, "lease": "L2"})
     assert [d.explained_by for d in check(h2.ops).duplicates] == ["lease_lapse"]
+
+
+def test_a_completion_acknowledged_after_a_takeover_is_superseded_and_one_refused_is_not():
+    clock = Clock()
+    h = History(clock)
+    _acked(h, "a", "J1")
+    _acked(h, "b", "J2")
+    first_a, first_b = _job("a", "J1", "L1", 1_001_000), _job("b", "J2", "L3", 1_001_000)
+    h.claimed("A", first_a)
+    h.claimed("A", first_b)
+    late_a, late_b = h.finish("A", COMPLETE, first_a), h.finish("A", COMPLETE, first_b)
+    clock.now += 2  # both leases lapsed: B takes both over and completes them
+    for job in (_job("a", "J1", "L2", 1_010_000), _job("b", "J2", "L4", 1_010_000)):
+        h.claimed("B", job)
+        h.finished(h.finish("B", COMPLETE, job), OK)
+    h.finished(late_a, OK)  # the old lease honoured: what a paused daemon must not do
+    h.finished(late_b, FAIL, error="lease_lost")
+    assert [(op.key, op.lease) for op in superseded_completions(h.ops)] == [("a", "L1")]
+    # The checker alone explains both second deliveries by the lapse.
+    assert [d.explained_by for d in check(h.ops).duplicates] == ["lease_lapse"] * 2

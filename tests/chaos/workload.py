@@ -14,6 +14,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -41,9 +42,13 @@ class Workload:
         lease_ms: int = 2000,
         job_args: Callable[[str], dict[str, Any]] | None = None,
         groups: Callable[[dict[str, Any]], tuple[str, ...]] | None = None,
+        name: str = "",
+        hold_s: float = 0.0,
     ) -> None:
         """``job_args(key)``: more arguments of each job (budgets); ``groups(job)``:
-        the limits a delivered job counts in (default: its queue)."""
+        the limits a delivered job counts in (default: its queue); ``name``
+        prefixes its threads' names and so its keys (two workloads, one history);
+        ``hold_s``: how long a worker works on what it claimed before completing."""
         self.daemon = daemon
         self.history = history
         self.jobs = jobs
@@ -53,18 +58,23 @@ class Workload:
         self.lease_ms = lease_ms
         self.job_args = job_args or (lambda _key: {})
         self.groups = groups or (lambda _job: ())
+        self.hold_s = hold_s
         self.acked = 0
         self._produced = 0
         self._lock = threading.Lock()
         self.stop_producing = threading.Event()
         self.stop_working = threading.Event()
         self.errors: list[BaseException] = []
+        #: (verb, code) -> refusals the daemon answered (the clean ones of a fault).
+        self.refusals: Counter[tuple[str, str]] = Counter()
+        #: Connections to the daemon lost mid-call (a crash; never a refusal).
+        self.drops = 0
         self._producers = [
-            threading.Thread(target=self._guard, args=(self._produce, f"p{i}"), daemon=True)
+            threading.Thread(target=self._guard, args=(self._produce, f"{name}p{i}"), daemon=True)
             for i in range(producers)
         ]
         self._threads = self._producers + [
-            threading.Thread(target=self._guard, args=(self._work, f"w{i}"), daemon=True)
+            threading.Thread(target=self._guard, args=(self._work, f"{name}w{i}"), daemon=True)
             for i in range(workers)
         ]
 
@@ -114,6 +124,7 @@ class Workload:
                     self.history.enqueued(op, INFO, error=repr(exc))
                 with self._lock:
                     self._produced -= size  # indeterminate: made again under new keys
+                    self.drops += 1
                 client.close()
                 client = None
                 continue
@@ -127,6 +138,7 @@ class Workload:
                     self.history.enqueued(op, FAIL, error=frame["error"]["code"])
                 with self._lock:
                     self._produced -= size  # refused: made again under new keys
+                    self.refusals["enqueue_many", frame["error"]["code"]] += 1
         if client is not None:
             client.close()
 
@@ -139,6 +151,8 @@ class Workload:
             try:
                 self._work_once(name, client)
             except LOST:
+                with self._lock:
+                    self.drops += 1
                 client.close()
                 client = None
         if client is not None:
@@ -150,26 +164,37 @@ class Workload:
             wait_ms=100,
         )  # fmt: skip
         if not frame["ok"]:
+            with self._lock:
+                self.refusals["claim_next", frame["error"]["code"]] += 1
             time.sleep(0.05)  # unavailable, shutting down: try again
             return
         jobs = [entry["job"] for entry in frame["jobs"]]
         for job in jobs:
             self.history.claimed(name, job, self.groups(job))
+        if jobs and self.hold_s:
+            time.sleep(self.hold_s)  # the work
         self.settle(name, client, jobs)
 
     def settle(self, name: str, client: RawClient, jobs: list[dict[str, Any]]) -> None:
-        """Complete ``jobs`` (pipelined); a lost daemon makes the rest indeterminate."""
+        """Complete ``jobs`` (pipelined: the answers may come in any order); a
+        lost daemon makes the unanswered ones indeterminate."""
         invokes = [self.history.finish(name, COMPLETE, job) for job in jobs]
-        answered = 0
+        unanswered = dict(enumerate(invokes))
         try:
-            ids = [client.request("complete", job_id=j["id"], lease=j["lease"]) for j in jobs]
-            for op, req in zip(invokes, ids, strict=True):
-                frame = client.answer(req)
+            sent = {client.request("complete", job_id=job["id"], lease=job["lease"]): i
+                    for i, job in enumerate(jobs)}  # fmt: skip
+            while unanswered:
+                frame = client.read()
+                if "event" in frame and "id" not in frame:
+                    continue
+                op = unanswered.pop(sent[frame["id"]])
                 error = None if frame["ok"] else frame["error"]["code"]
                 self.history.finished(op, OK if error is None else FAIL, error=error)
-                answered += 1
+                if error is not None:
+                    with self._lock:
+                        self.refusals["complete", error] += 1
         except LOST as exc:
-            for op in invokes[answered:]:
+            for op in unanswered.values():
                 self.history.finished(op, INFO, error=repr(exc))
             raise
 
@@ -184,16 +209,18 @@ class Workload:
         if any(t.is_alive() for t in self._producers):
             raise AssertionError(f"{self.acked} of {self.jobs} acknowledged in {timeout}s")
 
-    def drain(self, timeout: float) -> None:
-        """Wait until no job is scheduled, pending or running; stop the workers."""
+    def drain(self, timeout: float, unfinished: Callable[[], int] | None = None) -> None:
+        """Wait until no job is scheduled, pending or running (``unfinished``
+        counts them; default: the daemon's ``status``); stop the workers."""
         deadline = time.monotonic() + timeout
+        unfinished = unfinished or self._unfinished
         try:
             while time.monotonic() < deadline:
                 self._check_errors()
-                if self._unfinished() == 0:
+                if unfinished() == 0:
                     return
                 time.sleep(0.2)
-            raise AssertionError(f"not drained after {timeout}s: {self._unfinished()} left")
+            raise AssertionError(f"not drained after {timeout}s: {unfinished()} left")
         finally:
             self.stop_working.set()
             for thread in self._threads:
@@ -229,10 +256,18 @@ class Workload:
 
 def storm(daemon: DaemonProcess, workload: Workload, rng: random.Random, kills: int,
           timeout: float) -> int:  # fmt: skip
-    """Kill -9 and restart ``daemon`` ``kills`` times while ``workload`` produces:
-    the i-th kill once the i-th of ``kills`` seeded random job counts is
-    acknowledged, after a seeded random delay of up to 50 ms. Returns the kills done."""
-    thresholds = sorted(rng.randrange(workload.jobs) for _ in range(kills))
+    """Kill -9 and restart ``daemon`` ``kills`` times while ``workload`` produces
+    (:func:`faults`). Returns the kills done."""
+    return faults(workload, rng, kills, timeout,
+                  lambda _i: crash_and_restart(daemon, workload.history))  # fmt: skip
+
+
+def faults(workload: Workload, rng: random.Random, count: int, timeout: float,
+           fault: Callable[[int], object]) -> int:  # fmt: skip
+    """Run ``fault(i)`` ``count`` times while ``workload`` produces: the i-th once
+    the i-th of ``count`` seeded random job counts is acknowledged, after a
+    seeded random delay of up to 50 ms. Returns the faults done."""
+    thresholds = sorted(rng.randrange(workload.jobs) for _ in range(count))
     deadline = time.monotonic() + timeout
     done = 0
     for threshold in thresholds:
@@ -242,7 +277,7 @@ def storm(daemon: DaemonProcess, workload: Workload, rng: random.Random, kills: 
                 raise AssertionError(f"{workload.acked} of {workload.jobs} acknowledged in time")
             time.sleep(0.005)
         time.sleep(rng.uniform(0, 0.05))
-        crash_and_restart(daemon, workload.history)
+        fault(done)
         done += 1
     return done
 

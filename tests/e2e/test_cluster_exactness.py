@@ -7,9 +7,9 @@ costs; ``main`` has a queue policy ``max_in_flight``, and queue ``windowed`` a
 small claim budget per hour. Claimers on every daemon claim, hold some jobs
 across their next claim, and complete.
 
-A trigger the test installs records each job's move into and out of
-``running`` with a sequence number, in the database. Replayed in that order,
-the record must show:
+A trigger the test installs (``RECORDER``, tests/chaos/pg_nemesis.py) records
+each job's move into and out of ``running`` with a sequence number, in the
+database. Replayed in that order, the record must show:
 
 - in flight per cap (the policy, the pool's cost) never over it;
 - ``time_based`` debits in every interval ``T`` never over ``B + R T``;
@@ -35,6 +35,7 @@ import orjson
 import pytest
 
 from daemon.admission.cluster import UNSAFE_ENV
+from tests.chaos.pg_nemesis import RECORDER
 from tests.support import DaemonProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
@@ -48,21 +49,6 @@ POOL = 6  # the while_in_flight pool's allocation
 BURST, DRIP = 40, 2000  # the time_based budget: burst, tokens a second
 WINDOW_BUDGET = 25  # queue windowed's claims per hour
 HOUR_MS = 3_600_000
-
-_RECORDER = (
-    "CREATE TABLE moves (seq bigserial PRIMARY KEY, id text, queue text, "
-    "source text, target text, at bigint, budgets text)",
-    """CREATE FUNCTION record_move() RETURNS trigger AS $$
-    BEGIN
-      IF OLD.state IS DISTINCT FROM NEW.state
-         AND (OLD.state = 'running' OR NEW.state = 'running') THEN
-        INSERT INTO moves (id, queue, source, target, at, budgets)
-        VALUES (NEW.id, NEW.queue, OLD.state, NEW.state, NEW.updated_at, NEW.budgets);
-      END IF;
-      RETURN NEW;
-    END $$ LANGUAGE plpgsql""",
-    "CREATE TRIGGER record_move AFTER UPDATE ON jobs FOR EACH ROW EXECUTE FUNCTION record_move()",
-)
 
 
 @attrs.define
@@ -133,7 +119,7 @@ def _daemon(workdir: Path, dsn: str, env: dict[str, str]) -> DaemonProcess:
 
 
 def _setup(first: DaemonProcess, jobs: int, rng: random.Random) -> None:
-    for statement in _RECORDER:
+    for statement in RECORDER:
         first.sql(statement)
     with closing(first.client()) as c:
         c.ok("budget_create", key="tb", allocation=DRIP,

@@ -32,12 +32,18 @@ def test_a_postgresql_dsn_selects_postgresql_and_a_path_sqlite():
 def test_the_pool_settings_are_checked():
     cfg = parse_config(
         {"daemon": {"database_pool_size": 4, "database_statement_timeout": "2s",
-                    "database_connect_timeout": "500ms"}}, "t",
+                    "database_connect_timeout": "500ms",
+                    "database_idle_in_transaction_timeout": "1s"}}, "t",
     ).daemon  # fmt: skip
     assert (cfg.database_pool_size, cfg.database_statement_timeout) == (4, 2000)
     assert cfg.database_connect_timeout == 500
+    assert cfg.database_idle_in_transaction_timeout == 1000
+    assert parse_config({}, "t").daemon.database_idle_in_transaction_timeout == 5000
     with pytest.raises(Exception, match="database_pool_size"):
         parse_config({"daemon": {"database_pool_size": 1}}, "t")
+    for bad in ("50ms", "0s", -1, "soon", True):
+        with pytest.raises(Exception, match="database_idle_in_transaction_timeout"):
+            parse_config({"daemon": {"database_idle_in_transaction_timeout": bad}}, "t")
 
 
 @pytest.mark.parametrize(

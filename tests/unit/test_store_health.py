@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from actors.errors import Refused, internal_error
-from daemon.store import database
+from daemon.store import database, probe
 from daemon.store.database import PROBE_FIRST, PROBE_MAX, GroupCommit
 from daemon.store.health import StoreHealth, StoreUnavailable, is_store_failure, store_refusal
 from daemon.store.opening import open_database
@@ -234,3 +234,35 @@ def test_open_database_names_the_path_and_the_cause(tmp_path):
     with pytest.raises(StoreUnavailable) as exc:
         open_database(garbage)
     assert str(exc.value) == f"cannot open the database {garbage}: file is not a database"
+
+
+def test_a_postgres_session_ended_under_a_pooled_connection_is_a_store_error():
+    """Found by tests/chaos/test_postgres_faults.py: ``pg_terminate_backend`` on an
+    idle pooled connection leaves asyncpg consuming the server's FATAL when the
+    next statement is sent; that was answered ``internal``."""
+    import asyncpg
+
+    ended = asyncpg.exceptions.InternalClientError(
+        "cannot switch to state 15; another operation (2) is in progress")  # fmt: skip
+    refused = store_refusal(ended)
+    assert refused is not None and refused.code == "unavailable"
+    assert "the database is unavailable" in refused.message
+
+
+def test_a_rollback_on_a_connection_already_given_back_is_logged_not_raised(caplog):
+    """Found by tests/chaos/test_postgres_faults.py: a session ended mid-transaction
+    returns asyncpg's connection to the pool, whose proxy then raises on any
+    call, ``is_in_transaction()`` included. Raised out of the rollback, the error
+    left the transaction's writes unanswered (clients timed out)."""
+    import asyncpg
+
+    class Released:
+        @property
+        def in_transaction(self) -> bool:
+            raise asyncpg.InterfaceError(
+                "cannot call Connection.is_in_transaction(): connection has been "
+                "released back to the pool")  # fmt: skip
+
+    with caplog.at_level(logging.WARNING, logger="sluicegate.store"):
+        probe.rollback(Released(), (asyncpg.InterfaceError,))
+    assert "rollback failed" in caplog.text
