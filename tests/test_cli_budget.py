@@ -68,7 +68,8 @@ def test_create_list_get_set_patch_delete_round_trip(cli):
     assert made["key"] == "image-service" and made["allocation"] == 10000
     assert made["strategy"] == {"type": "time_based", "duration_ms": 3_600_000, "burst": 500}
     assert made["created_at"] == made["updated_at"]
-    assert made["state"] == {"available": 500, "in_flight": 0, "parked": 0, "next_refill_at": None}
+    assert made["state"] == {"available": 500, "in_flight": 0, "parked": 0, "next_refill_at": None,
+                             "paused_until": None, "pause_reason": None}  # fmt: skip
 
     out = cli.ok("set", "schema-bot", "--allocation", "10", "--strategy", "while_in_flight")
     assert out.splitlines()[0] == "saved budget schema-bot"
@@ -120,7 +121,8 @@ def test_json_is_exactly_the_verb_result(cli):
     assert list(doc) == ["budget"]
     budget = doc["budget"]
     assert set(budget) == {"key", "allocation", "strategy", "created_at", "updated_at", "state"}
-    assert set(budget["state"]) == {"available", "in_flight", "parked", "next_refill_at"}
+    assert set(budget["state"]) == {"available", "in_flight", "parked", "next_refill_at",
+                                    "paused_until", "pause_reason"}  # fmt: skip
     assert cli.json("get", "x") == doc
     assert cli.json("list") == {"budgets": [budget]}
 
