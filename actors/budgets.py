@@ -162,7 +162,8 @@ class Budget:
         """Pause until ``until_ms`` for ``reason``, unless a pause already lasts as
         long: the later instant wins, so a pause never shortens another (None:
         nothing changed)."""
-        if until_ms <= now_ms or (self.paused(now_ms) and until_ms <= self.paused_until):  # type: ignore[operator]
+        current = self.paused_until if self.paused(now_ms) else None
+        if until_ms <= now_ms or (current is not None and until_ms <= current):
             return None
         return self._set_pause(until_ms, reason)
 
