@@ -89,7 +89,9 @@ class JobHandle:
         lease_ms = lease_ms or self.claim_lease_ms
         return drop_none(job_id=self.id, lease=self.lease, lease_ms=lease_ms)
 
-    def _complete_args(self, result: Any, cost: Mapping[str, float] | None) -> dict[str, Any]:
+    def _complete_args(
+        self, result: Any, cost: Mapping[str, float] | None = None
+    ) -> dict[str, Any]:
         return drop_none(job_id=self.id, lease=self.lease, result=result,
                          cost=None if cost is None else dict(cost))  # fmt: skip
 
