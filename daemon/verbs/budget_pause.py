@@ -15,8 +15,10 @@ budget goes on during a pause (up to its burst, as always).
 Who may pause: a token with ``manage``, or with ``consume`` on a queue whose
 jobs bind the budget (its scope ``*``, a running job of its scope bound to
 it, or an unfinished one in the store). ``budget_resume {key}`` (``manage``)
-ends a pause now. Both are audited (actions ``pause`` and ``resume``, the
-caller's token as the actor), and a budget shows its pause in ``state``
+ends a pause now, releasing in its own transaction the parked jobs the budget
+can pay for (claimable as soon as it answers). Both are audited (actions
+``pause`` and ``resume``, the caller's token as the actor), and a budget shows
+its pause in ``state``
 (``paused_until``, ``pause_reason``). The pause is stored with the budget, so
 a restart keeps it and every daemon sharing the database holds it.
 """
@@ -133,6 +135,7 @@ def budget_resume(core: Services, call: Call, a: BudgetKeyArgs) -> Plan:
         before = budget.to_wire(tx.now_ms)
         tx.undo(budget.resume())
         audited_save(tx, call.actor, budget, "resume", before)
+        core.budget_gate.release_now(tx, budget)  # claimable once this answers
         tx.after(lambda: core.budget_gate.settings_changed(budget))
         return budget
 

@@ -10,10 +10,13 @@ the deferral's reason, audit and metrics. The budget drips 100 tokens per
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
+import trio
 
+from daemon.client import Client, TrioClient
 from tests.support import DaemonProcess, RawClient, token_tables
 
 pytestmark = pytest.mark.e2e
@@ -117,3 +120,34 @@ def test_settle_and_pause_over_the_socket_and_http(make_daemon, connect):
 def body_text(response: Any) -> str:
     assert response.status_code == 200, response.text
     return response.text
+
+
+def test_the_sync_sdk_settles_and_pauses(daemon):
+    with Client(daemon.socket) as client:
+        client.call("budget_create", key="sdk", **SLOW_DRIP)
+        for _ in range(2):
+            client.enqueue("sdk-q", "t", budgets=[{"key": "sdk", "cost": 10}])
+        (job,) = client.claim_next(["sdk-q"])
+        paused = job.pause_budget("sdk", retry_after_s=30, reason="429")
+        assert paused["state"]["pause_reason"] == "429" and paused["state"]["paused_until"]
+        done = job.complete(cost={"sdk": 3})
+        assert done["costs"] == [{"key": "sdk", "reserved": 10, "settled": 3}]
+        held = client.claim_next(["sdk-q"])
+        assert list(held) == [] and held.deferred[0]["reason"] == "budget_paused"
+        assert client.budget_resume("sdk")["state"]["paused_until"] is None
+        assert len(client.claim_next(["sdk-q"])) == 1
+
+
+async def test_the_trio_sdk_settles_and_pauses(daemon):
+    with trio.fail_after(30):
+        async with TrioClient.connect(daemon.socket) as client:
+            await client.call("budget_create", key="tsdk", **SLOW_DRIP)
+            await client.enqueue("tsdk-q", "t", budgets=[{"key": "tsdk", "cost": 10}])
+            (job,) = await client.claim_next(["tsdk-q"])
+            until = int(time.time() * 1000) + 600_000  # the daemon's clock is the host's
+            paused = await job.pause_budget("tsdk", until_ms=until, reason="maintenance")
+            assert paused["state"]["paused_until"] == until
+            done = await job.complete(cost={"tsdk": 12.5})
+            assert done["costs"] == [{"key": "tsdk", "reserved": 10, "settled": 12.5}]
+            state = (await client.budget_resume("tsdk"))["state"]
+            assert state["paused_until"] is None and 87.5 <= state["available"] < 87.51
