@@ -122,7 +122,9 @@ def body_text(response: Any) -> str:
     return response.text
 
 
-def test_the_sync_sdk_settles_and_pauses(daemon):
+async def test_the_sdks_settle_and_pause(daemon):
+    """The blocking client (a worker's job handle, then the client's resume), then
+    the Trio one, against one daemon."""
     with Client(daemon.socket) as client:
         client.call("budget_create", key="sdk", **SLOW_DRIP)
         for _ in range(2):
@@ -136,9 +138,6 @@ def test_the_sync_sdk_settles_and_pauses(daemon):
         assert list(held) == [] and held.deferred[0]["reason"] == "budget_paused"
         assert client.budget_resume("sdk")["state"]["paused_until"] is None
         assert len(client.claim_next(["sdk-q"])) == 1
-
-
-async def test_the_trio_sdk_settles_and_pauses(daemon):
     with trio.fail_after(30):
         async with TrioClient.connect(daemon.socket) as client:
             await client.call("budget_create", key="tsdk", **SLOW_DRIP)
