@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from daemon.cli.budget import describe_strategy, duration, instant, next_refill_ms, render, seconds
-from daemon.cli.jobs import admission_text, bindings_text, budget_binding
+from daemon.cli.jobs import admission_text, bindings_text, budget_binding, costs_text
 from daemon.cli.main import main
 from daemon.cli.output import local_instant, local_time
 from daemon.client import Client
@@ -502,3 +502,10 @@ def test_admission_and_bindings_text():
     paused = {"state": "deferred", "reason": "paused", "next_eligible_at": None, "exact": False}
     assert admission_text(paused, local_time) == "deferred: paused, eligible: not known"
     assert bindings_text([{"key": "a", "cost": 1}, {"key": "b", "cost": 4}]) == "a, b:4"
+    held = {**exact, "reason": "budget_paused", "pause_reason": "429 upstream"}
+    assert admission_text(held, local_time) == (
+        f"deferred: budget_paused on b (429 upstream), eligible {local_time(at)}"
+    )
+    costs = [{"key": "a", "reserved": 10, "settled": 2.5}, {"key": "b", "reserved": 1,
+                                                            "settled": None}]  # fmt: skip
+    assert costs_text(costs) == "a 10 settled 2.5, b 1"
