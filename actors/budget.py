@@ -14,6 +14,11 @@ Tokens of a ``time_based`` pool are kept as integers scaled by
 ``allocation`` units per millisecond), so the drip never drifts and "when do
 the tokens suffice" is exact to the millisecond.
 
+A completion may *settle* a ``time_based`` debit to the job's actual cost
+(:meth:`TokenPool.settle`): a smaller actual gives the difference back (never
+above the cap), a larger one takes the extra even below zero, a debt that
+delays every later debit exactly until the drip repays it.
+
 An update never creates tokens (seed 001, "A plan upgrade does not hand out
 free tokens"): raising the cap keeps the current count, lowering it clamps the
 count down. Unlike seed 003, a restart does not refill a pool: its state
@@ -29,7 +34,9 @@ path-qualified ``budgets.<ns>.<key>.<field>: ...`` in the config file).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+from fractions import Fraction
 from typing import Any, Literal
 
 import attrs
@@ -221,6 +228,24 @@ class TokenPool:
         ``while_in_flight`` tokens back; ``time_based`` tokens only drip)."""
         self.in_flight = max(0, self.in_flight - cost)
 
+    def settle(self, reserved: int, actual: Fraction, now_ms: int) -> int:
+        """A ``time_based`` debit of ``reserved`` tokens becomes ``actual``: the
+        difference in scaled units (positive: refunded, negative: taken).
+
+        A refund never lifts the pool above its cap; an extra may take it below
+        zero (a debt: :meth:`can_debit` is false until the drip repays it). The
+        actual is rounded up to a unit (1/``duration_ms`` of a token), so a
+        settle never undercharges. No effect on a ``while_in_flight`` pool.
+        """
+        if not self.time_based:
+            return 0
+        scale, cap = self._scale, self.spec.cap * self._scale
+        units = self._units_at(now_ms)
+        change = reserved * scale - math.ceil(actual * scale)
+        after = min(cap, units + change) if change > 0 else units + change
+        self._units, self._as_of = after, now_ms
+        return after - units
+
     def eligible_at(self, cost: int, now_ms: int) -> int | None:
         """The first instant ``cost`` can be debited, if nothing else happens.
 
@@ -262,8 +287,14 @@ class TokenPool:
             scale = self._scale
             # Exact in the same unit; rounded down across units, so a change of
             # unit never adds a token.
+            # A debt (settled excess) is kept, in the new unit, rounded to more debt.
             same_unit = was_time_based and scale == old_scale
-            kept = units if same_unit else int(max(0.0, before) * scale)
+            if same_unit:
+                kept = units
+            elif was_time_based:
+                kept = math.floor(Fraction(units, old_scale) * scale)
+            else:
+                kept = int(max(0.0, before) * scale)
             self._units = min(kept, spec.cap * scale)
             self._as_of = now_ms
 

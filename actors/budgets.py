@@ -11,6 +11,7 @@ beside :class:`actors.namespace.Namespaces`.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from fractions import Fraction
 from typing import Any
 
 import attrs
@@ -49,6 +50,11 @@ class Budget:
     bound: dict[int, int] = attrs.field(factory=dict)
     #: Running jobs holding this budget's tokens.
     holders: set[str] = attrs.field(factory=set)
+    #: A pause (``budget_pause``): no debit before this wall instant (ms), whatever
+    #: the tokens; None, or an instant past, when not paused.
+    paused_until: int | None = None
+    #: Why it is paused (the worker's words), or None.
+    pause_reason: str | None = None
 
     @property
     def spec(self) -> BudgetSpec:
@@ -138,6 +144,42 @@ class Budget:
             return None
         return lambda: self.reserved.__setitem__(job_id, promised)
 
+    def settle(self, job_id: str, reserved: int, actual: Fraction, now_ms: int) -> Undo:
+        """Job ``job_id`` completed having cost ``actual``, not the ``reserved``
+        debited at its claim (:meth:`TokenPool.settle`)."""
+        raw = self.pool.raw()
+        self.pool.settle(reserved, actual, now_ms)
+        return lambda: self.pool.restore(raw)
+
+    # -- pausing ---------------------------------------------------------------------
+
+    def paused(self, now_ms: int) -> bool:
+        """Whether a pause holds every debit back at ``now_ms``."""
+        until = self.paused_until
+        return until is not None and until > now_ms
+
+    def pause(self, until_ms: int, reason: str | None, now_ms: int) -> Undo | None:
+        """Pause until ``until_ms`` for ``reason``, unless a pause already lasts as
+        long: the later instant wins, so a pause never shortens another (None:
+        nothing changed)."""
+        current = self.paused_until if self.paused(now_ms) else None
+        if until_ms <= now_ms or (current is not None and until_ms <= current):
+            return None
+        return self._set_pause(until_ms, reason)
+
+    def resume(self) -> Undo:
+        """End any pause now."""
+        return self._set_pause(None, None)
+
+    def _set_pause(self, until_ms: int | None, reason: str | None) -> Undo:
+        old = (self.paused_until, self.pause_reason)
+        self.paused_until, self.pause_reason = until_ms, reason
+
+        def undo() -> None:
+            self.paused_until, self.pause_reason = old
+
+        return undo
+
     def update(self, spec: BudgetSpec, now_ms: int, source: str) -> Undo:
         """New settings (never new tokens: :meth:`TokenPool.update`) from ``source``."""
         old = (self.pool.spec, self.pool.raw(), self.updated_at, self.source)
@@ -178,7 +220,17 @@ class Budget:
         when only a job finishing (or a claim, or an update) can change it."""
         if self.parked <= 0:
             return None
-        return self.pool.eligible_at((self.head_cost or 1) + self.reserved_cost, now_ms)
+        return self.eligible_at((self.head_cost or 1) + self.reserved_cost, now_ms)
+
+    def eligible_at(self, cost: int, now_ms: int) -> int | None:
+        """The first instant ``cost`` can be debited, the pause included: the
+        later of its end and the pool's instant (:meth:`TokenPool.eligible_at`;
+        the drip goes on during a pause, so the pool's instant, taken now, stands)."""
+        if not self.paused(now_ms):
+            return self.pool.eligible_at(cost, now_ms)
+        until: int = self.paused_until  # type: ignore[assignment]
+        at = self.pool.eligible_at(cost, until)
+        return None if at is None else max(at, until)
 
     def to_wire(self, now_ms: int) -> dict[str, Any]:
         """The budget object of the wire contract (seed 003's shape plus ``state``)."""
@@ -188,8 +240,18 @@ class Budget:
             "strategy": self.spec.strategy.to_dict(),
             "created_at": self.created_at,
             "updated_at": self.updated_at,
-            "state": {**self.pool.describe(now_ms), "parked": self.parked},
+            "state": {
+                **self.pool.describe(now_ms),
+                "parked": self.parked,
+                **self.pause_state(now_ms),
+            },
         }
+
+    def pause_state(self, now_ms: int) -> dict[str, Any]:
+        """``{paused_until, pause_reason}`` of the ``state`` (both null unless paused now)."""
+        if not self.paused(now_ms):
+            return {"paused_until": None, "pause_reason": None}
+        return {"paused_until": self.paused_until, "pause_reason": self.pause_reason}
 
 
 class Budgets(Mapping[BudgetKey, Budget]):

@@ -56,6 +56,9 @@ MAX_WAIT_MS = 3_600_000
 
 #: Seed 003: allocations, bursts, durations and costs of budgets are int32.
 MAX_TOKENS = 2**31 - 1
+#: The longest a ``budget_pause`` may hold a budget (ms): a week; and its reason's length.
+MAX_PAUSE_MS = 604_800_000
+PAUSE_REASON_LEN = 1000
 #: Budgets one job binds to at most.
 MAX_BINDINGS = 16
 #: Levels of nesting orjson encodes at most.

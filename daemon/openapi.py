@@ -234,6 +234,7 @@ def _rest_paths(components: dict[str, Schema]) -> Schema:
     one_or_many = {"anyOf": [ref("enqueue_call"), ref("enqueue_many_call")]}
     budget_set = args_schema(VERBS["budget_put"].args, components, drop=frozenset({"key"}))
     budget_patch = args_schema(VERBS["budget_patch"].args, components, drop=frozenset({"key"}))
+    budget_pause = args_schema(VERBS["budget_pause"].args, components, drop=frozenset({"key"}))
     policy = args_schema(VERBS["policy_set"].args, components, drop=frozenset({"queue"}))
     body = (*COMMON, *WITH_BODY)
     op = _operation
@@ -260,6 +261,12 @@ def _rest_paths(components: dict[str, Schema]) -> Schema:
             "delete": op("Delete a budget", {204: None}, (*COMMON, 404, 409), params=[key, ns],
                          tag="budgets"),
         },
+        "/budgets/{key}/pause": {"post": op(
+            "Pause a budget (consume on a queue binding it, or manage)", {200: ref("Budget")},
+            (*body, 404), body=budget_pause, params=[key, ns], tag="budgets")},
+        "/budgets/{key}/resume": {"post": op(
+            "End a budget's pause (manage)", {200: ref("Budget")}, (*body, 404),
+            params=[key, ns], tag="budgets")},
         "/api/v1/quota": {
             "get": op("The namespace's quota document", {200: RESULTS["quota_get"]}, COMMON,
                       params=[ns], tag="quota"),

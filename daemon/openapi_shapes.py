@@ -12,7 +12,7 @@ from typing import Any
 
 from actors.errors import STATUS
 from actors.lifecycle import STATES
-from actors.limits import MAX_TOKENS, NAME_RE, PRIORITY
+from actors.limits import MAX_BINDINGS, MAX_PAUSE_MS, MAX_TOKENS, NAME_RE, PRIORITY
 
 Schema = dict[str, Any]
 
@@ -89,6 +89,17 @@ FIELD_SCHEMAS: dict[str, Schema] = {
         "maximum": MAX_TOKENS,
     },
     "BudgetPatchArgs.strategy": {"type": ["object", "null"]},
+    "CompleteArgs.cost": {
+        "type": ["object", "null"],
+        "maxProperties": MAX_BINDINGS,
+        "propertyNames": {"pattern": NAME_RE.pattern},
+        "additionalProperties": {"type": "number", "minimum": 0, "maximum": MAX_TOKENS},
+    },
+    "BudgetPauseArgs.retry_after_s": {
+        "type": ["number", "null"],
+        "exclusiveMinimum": 0,
+        "maximum": MAX_PAUSE_MS // 1000,
+    },
     "BindingArgs.create_with": {
         "type": ["object", "null"],
         "required": ["allocation", "strategy"],
@@ -119,6 +130,8 @@ BUDGET_STATE = {
         "in_flight": INT,
         "parked": INT,
         "next_refill_at": _NULLABLEINT,
+        "paused_until": _NULLABLEINT,
+        "pause_reason": {"type": ["string", "null"]},
     },
 }
 COMPONENTS: dict[str, Schema] = {
@@ -157,6 +170,17 @@ COMPONENTS: dict[str, Schema] = {
             "budgets": {
                 "type": "array",
                 "items": {"type": "object", "properties": {"key": NAME, "cost": INT}},
+            },
+            "costs": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "key": NAME,
+                        "reserved": INT,
+                        "settled": {"type": ["number", "null"]},
+                    },
+                },
             },
             "unique_key": {"type": ["string", "null"]},
             "error": {"type": ["string", "null"]},
@@ -289,6 +313,8 @@ RESULTS: dict[str, Schema] = {
     "budget_put": BUDGET_ANSWER,
     "budget_patch": BUDGET_ANSWER,
     "budget_delete": EMPTY,
+    "budget_pause": BUDGET_ANSWER,
+    "budget_resume": BUDGET_ANSWER,
     "quota_get": obj(
         ["quota", "source"],
         quota={"type": ["object", "null"]},
@@ -328,6 +354,8 @@ ANSWERS: dict[str, tuple[int, ...]] = {
     "budget_put": (409,),
     "budget_patch": (404, 409),
     "budget_delete": (404, 409),
+    "budget_pause": (404,),
+    "budget_resume": (404,),
     "policy_get": (404,),
     "policy_set": (404, 409),
     "policy_clear": (404, 409),

@@ -247,6 +247,31 @@ def test_work_fails_a_job_with_the_tail_of_stderr(daemon):
     assert re.search(rf"^{STAMP}: Job {job_id} exited with status 3$", out, re.M)
 
 
+def test_work_settles_the_cost_a_command_reports_on_stderr(daemon):
+    script = (
+        "import json, sys; cost = json.load(sys.stdin)['cost']; "
+        "print('SLUICEGATE_COST ' + json.dumps(cost), file=sys.stderr)"
+    )
+    with Client(daemon.socket) as client:
+        client.call("budget_create", key="work-llm", allocation=100,
+                    strategy={"type": "time_based", "duration_ms": 3_600_000})  # fmt: skip
+        bound = [{"key": "work-llm", "cost": 10}]
+        ids = [client.enqueue("costly", "t", {"cost": cost}, budgets=bound)["job"]["id"]
+               for cost in ({"work-llm": 2.5}, {"ghost": 1})]  # fmt: skip
+        worker = _start_worker(daemon, "costly", sys.executable, "-c", script)
+        try:
+            wait_for(lambda: all(client.get(i)["status"] == "completed" for i in ids))
+        finally:
+            _out, err = _stop_worker(worker)
+        costs = [client.get(i)["costs"] for i in ids]
+        available = client.call("budget_get", key="work-llm")["budget"]["state"]["available"]
+    assert costs[0] == [{"key": "work-llm", "reserved": 10, "settled": 2.5}]
+    assert costs[1] == [{"key": "work-llm", "reserved": 10, "settled": None}]  # refused: plain
+    assert available >= 87.5  # 100 - 2.5 - 10 and some drip (80 and some, unsettled)
+    assert f"sluice: job {ids[1]}: its cost was refused, completed without it" in err
+    assert f'{ids[0]}: SLUICEGATE_COST {{"work-llm": 2.5}}' in err  # passed on, too
+
+
 def test_dead_replay_all_goes_in_batches(daemon):
     with Client(daemon.socket) as client:
         for size in (1000, 1000, 5):

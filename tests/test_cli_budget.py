@@ -6,19 +6,20 @@ import argparse
 import json
 import re
 import subprocess
+import time
 from datetime import datetime
 from typing import Any
 
 import pytest
 
-from daemon.cli.budget import describe_strategy, duration, next_refill_ms, render
-from daemon.cli.jobs import admission_text, bindings_text, budget_binding
+from daemon.cli.budget import describe_strategy, duration, instant, next_refill_ms, render, seconds
+from daemon.cli.jobs import admission_text, bindings_text, budget_binding, costs_text
 from daemon.cli.main import main
 from daemon.cli.output import local_instant, local_time
 from daemon.client import Client
 from tests.support import sluice
 
-HEADER = r"KEY\s+ALLOCATION\s+STRATEGY\s+AVAILABLE\s+IN FLIGHT\s+PARKED\s+NEXT REFILL"
+HEADER = r"KEY\s+ALLOCATION\s+STRATEGY\s+AVAILABLE\s+IN FLIGHT\s+PARKED\s+NEXT REFILL\s+PAUSED"
 LOCAL_TIME = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
 STAMP = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d"
 
@@ -68,7 +69,8 @@ def test_create_list_get_set_patch_delete_round_trip(cli):
     assert made["key"] == "image-service" and made["allocation"] == 10000
     assert made["strategy"] == {"type": "time_based", "duration_ms": 3_600_000, "burst": 500}
     assert made["created_at"] == made["updated_at"]
-    assert made["state"] == {"available": 500, "in_flight": 0, "parked": 0, "next_refill_at": None}
+    assert made["state"] == {"available": 500, "in_flight": 0, "parked": 0, "next_refill_at": None,
+                             "paused_until": None, "pause_reason": None}  # fmt: skip
 
     out = cli.ok("set", "schema-bot", "--allocation", "10", "--strategy", "while_in_flight")
     assert out.splitlines()[0] == "saved budget schema-bot"
@@ -120,7 +122,8 @@ def test_json_is_exactly_the_verb_result(cli):
     assert list(doc) == ["budget"]
     budget = doc["budget"]
     assert set(budget) == {"key", "allocation", "strategy", "created_at", "updated_at", "state"}
-    assert set(budget["state"]) == {"available", "in_flight", "parked", "next_refill_at"}
+    assert set(budget["state"]) == {"available", "in_flight", "parked", "next_refill_at",
+                                    "paused_until", "pause_reason"}  # fmt: skip
     assert cli.json("get", "x") == doc
     assert cli.json("list") == {"budgets": [budget]}
 
@@ -193,17 +196,18 @@ def test_the_table_shows_the_columns(cli):
     out = cli.ok("patch", "slow", "--burst", "1000").splitlines()
     assert out[0] == "patched budget slow"
     assert re.fullmatch(HEADER, out[1])
-    assert re.fullmatch(rf"slow\s+10\s+time_based 10/1h burst 1000\s+10\.00\s+0\s+0\s+{LOCAL_TIME}",
-                        out[2])  # fmt: skip
+    slow = rf"slow\s+10\s+time_based 10/1h burst 1000\s+10\.00\s+0\s+0\s+{LOCAL_TIME}\s+-"
+    assert re.fullmatch(slow, out[2])
 
     lines = cli.ok("list").splitlines()
     assert re.fullmatch(HEADER, lines[0]) and len(lines) == 4
-    assert re.fullmatch(r"flights\s+10\s+while_in_flight\s+10\s+0\s+0\s+-", lines[1])
+    assert re.fullmatch(r"flights\s+10\s+while_in_flight\s+10\s+0\s+0\s+-\s+-", lines[1])
     assert re.fullmatch(
-        r"images\s+10000\s+time_based 10000/1h burst 500\s+500\.00\s+0\s+0\s+full", lines[2]
+        r"images\s+10000\s+time_based 10000/1h burst 500\s+500\.00\s+0\s+0\s+full\s+-", lines[2]
     )
     row = re.fullmatch(
-        rf"slow\s+10\s+time_based 10/1h burst 1000\s+(10\.\d\d)\s+0\s+0\s+({LOCAL_TIME})", lines[3]
+        rf"slow\s+10\s+time_based 10/1h burst 1000\s+(10\.\d\d)\s+0\s+0\s+({LOCAL_TIME})\s+-",
+        lines[3],
     )
     assert row is not None, lines[3]
     # Columns line up under their headers.
@@ -310,10 +314,35 @@ def test_a_parked_job_says_why_and_when_in_jobs_list_and_show(cli):
     # The budgets' table counts them: in flight, parked, and when the drip refills.
     doc = cli.json("get", "hourly")["budget"]
     row = cli.ok("get", "hourly").splitlines()[1]
-    assert re.fullmatch(rf"hourly\s+1\s+time_based 1/1h\s+0\.\d\d\s+1\s+1\s+{LOCAL_TIME}", row), row
-    assert row.endswith(local_time(doc["state"]["next_refill_at"]))
-    assert re.fullmatch(r"slots\s+1\s+while_in_flight\s+0\s+1\s+1\s+-",
+    assert re.fullmatch(
+        rf"hourly\s+1\s+time_based 1/1h\s+0\.\d\d\s+1\s+1\s+{LOCAL_TIME}\s+-", row
+    ), row
+    assert row.removesuffix("-").rstrip().endswith(local_time(doc["state"]["next_refill_at"]))
+    assert re.fullmatch(r"slots\s+1\s+while_in_flight\s+0\s+1\s+1\s+-\s+-",
                         cli.ok("get", "slots").splitlines()[1])  # fmt: skip
+
+
+def test_pause_and_resume_a_budget(cli):
+    cli.ok("create", "openai", "--allocation", "5", "--strategy", "while_in_flight")
+    before = int(time.time() * 1000)  # the daemon's wall clock is the host's here
+    out = cli.ok("pause", "openai", "--retry-after", "600", "--reason", "429 upstream")
+    assert out.splitlines()[0] == "paused budget openai"
+    assert out.splitlines()[2].endswith("(429 upstream)")
+    state = cli.json("get", "openai")["budget"]["state"]
+    assert before + 600_000 <= state["paused_until"] and state["pause_reason"] == "429 upstream"
+    shorter = cli.json("pause", "openai", "--until", str(before + 1_000))["budget"]["state"]
+    assert shorter["paused_until"] == state["paused_until"]  # never shortened
+    assert cli.sluice("enqueue", "q", "t", "--budget", "openai").returncode == 0
+    claimed = json.loads(cli.sluice("jobs", "list", "--json").stdout)["jobs"][0]
+    assert claimed["admission"]["reason"] == "budget_paused"
+    assert cli.ok("resume", "openai").splitlines()[0] == "resumed budget openai"
+    assert cli.json("get", "openai")["budget"]["state"]["paused_until"] is None
+    both = cli.run("pause", "openai", "--retry-after", "5", "--until", "1")
+    assert both.returncode == 2 and "not allowed with" in both.stderr
+    neither = cli.run("pause", "openai")
+    assert neither.returncode == 2
+    ghost = cli.run("pause", "ghost", "--retry-after", "5")
+    assert ghost.returncode == 1 and "not_found" in ghost.stderr
 
 
 # -- the table's math, in process ------------------------------------------------------
@@ -358,6 +387,39 @@ def test_next_refill_is_when_the_next_whole_token_arrives():
     assert next_refill_ms(_budget(10, 3.0), now) is None  # while_in_flight
 
 
+def test_render_shows_a_pause_with_its_reason():
+    now = 1_700_000_000_000
+    paused = _budget(10, 7.0, paused_until=now + 30_000, pause_reason="429 from upstream")
+    row = render([paused], now).splitlines()[1]
+    assert row.endswith(f"{local_time(now + 30_000)} (429 from upstream)")
+
+
+@pytest.mark.parametrize(
+    ("text", "ms"),
+    [("1700000000000", 1_700_000_000_000), ("2023-11-14T22:13:20Z", 1_700_000_000_000),
+     ("2023-11-14T23:13:20+01:00", 1_700_000_000_000)],
+)  # fmt: skip
+def test_pause_until_reads_ms_and_iso_instants(text, ms):
+    assert instant(text) == ms
+
+
+@pytest.mark.parametrize("text", ["2023-11-14T22:13:20", "soon", "-5"])
+def test_pause_until_refuses_a_zoneless_or_unreadable_instant(text):
+    with pytest.raises(argparse.ArgumentTypeError):
+        instant(text)
+
+
+@pytest.mark.parametrize(("text", "value"), [("30", 30), ("2.5", 2.5)])
+def test_retry_after_reads_seconds(text, value):
+    assert seconds(text) == value
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "nan", "inf", "x"])
+def test_retry_after_refuses_the_rest(text):
+    with pytest.raises(argparse.ArgumentTypeError):
+        seconds(text)
+
+
 def test_render_formats_each_strategy():
     now = 1_700_000_000_000
     text = render(
@@ -369,12 +431,12 @@ def test_render_formats_each_strategy():
         now,
     ).splitlines()
     assert re.fullmatch(HEADER, text[0])
-    assert text[1].split() == ["k", "10", "while_in_flight", "7", "0", "0", "-"]
+    assert text[1].split() == ["k", "10", "while_in_flight", "7", "0", "0", "-", "-"]
     assert text[2].split()[2:] == ["time_based", "10000/1h", "burst", "500", "500.00", "0", "0",
-                                   "full"]  # fmt: skip
+                                   "full", "-"]  # fmt: skip
     at = datetime.fromtimestamp((now + 180_000) / 1000).astimezone().strftime("%Y-%m-%d %H:%M:%S")
     assert text[3].split()[2:] == ["time_based", "10/1h", "burst", "1000", "2.50", "0", "0",
-                                   *at.split()]  # fmt: skip
+                                   *at.split(), "-"]  # fmt: skip
     assert describe_strategy(_budget(6, 6.0, 60_000)) == "time_based 6/1m"
     assert describe_strategy(_budget(6, 6.0, 1500)) == "time_based 6/1500ms"
 
@@ -405,7 +467,8 @@ def test_the_daemons_next_refill_at_is_shown_when_it_sends_one():
         ],
         now,
     ).splitlines()
-    assert drip.endswith(local_time(at)) and full.endswith("full") and slots.endswith("-")
+    assert drip.split()[-3:] == [*local_time(at).split(), "-"]
+    assert full.split()[-2:] == ["full", "-"] and slots.split()[-2:] == ["-", "-"]
     assert describe_strategy(_budget(6, 1.0, 60_000, burst=1)) == "time_based 6/1m burst 1"
 
 
@@ -439,3 +502,10 @@ def test_admission_and_bindings_text():
     paused = {"state": "deferred", "reason": "paused", "next_eligible_at": None, "exact": False}
     assert admission_text(paused, local_time) == "deferred: paused, eligible: not known"
     assert bindings_text([{"key": "a", "cost": 1}, {"key": "b", "cost": 4}]) == "a, b:4"
+    held = {**exact, "reason": "budget_paused", "pause_reason": "429 upstream"}
+    assert admission_text(held, local_time) == (
+        f"deferred: budget_paused on b (429 upstream), eligible {local_time(at)}"
+    )
+    costs = [{"key": "a", "reserved": 10, "settled": 2.5}, {"key": "b", "reserved": 1,
+                                                            "settled": None}]  # fmt: skip
+    assert costs_text(costs) == "a 10 settled 2.5, b 1"

@@ -60,9 +60,10 @@ log = logging.getLogger("sluicegate.limits")
 #: Verbs that need a management grant (``manage``, ``operator`` or the explicit
 #: policy grants) and change state. ``dead_replay`` is not here: ``produce``
 #: may call it and it goes through enqueue admission (the door's buckets), as
-#: every producer path does.
+#: every producer path does; nor is ``budget_pause``, a worker's call on an
+#: upstream's 429 (the door's request bucket charges it).
 ADMIN_WRITES = frozenset({
-    "budget_create", "budget_put", "budget_patch", "budget_delete",
+    "budget_create", "budget_put", "budget_patch", "budget_delete", "budget_resume",
     "policy_set", "policy_clear",
     "quota_set", "quota_clear",
     "queue_configure",

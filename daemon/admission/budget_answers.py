@@ -1,6 +1,8 @@
 """The budget gate's answers: what budgets hold back, and until when.
 
-``claim_next``'s ``deferred`` entries, a pending job's derived ``admission``,
+``claim_next``'s ``deferred`` entries, a pending job's derived ``admission``
+(reason ``budget_exhausted``, or ``budget_paused`` with the pause's
+``pause_reason`` while a pause holds the budget),
 a claimed job's tokens left, and the instant a budget can next pay. Read-only:
 they change nothing (the mixin of :class:`~daemon.admission.budget_gate.BudgetGate`).
 """
@@ -44,13 +46,14 @@ class BudgetAnswers:
                 budget = self.budgets.get((namespace, key))
                 if budget is not None:
                     at, exact = self.eligible(budget, budget.head_cost or 1, now_ms)
-                    options.append((at is None, at or 0, key, at, exact))
+                    options.append((at is None, at or 0, key, at, exact, budget))
             entry = {"queue": queue, "reason": "budget_exhausted",
                      "pending": sum(per_budget.values()), "next_eligible_at": None,
                      "exact": False, "budget": None}  # fmt: skip
             if options:  # the budget that frees this queue first
-                _none, _at, key, at, exact = min(options)
-                entry.update(next_eligible_at=at, exact=exact, budget=key)
+                _none, _at, key, at, exact, budget = min(options, key=lambda o: o[:3])
+                entry.update(next_eligible_at=at, exact=exact, budget=key,
+                             **_paused(budget, now_ms))  # fmt: skip
             out.append(entry)
         return out
 
@@ -59,17 +62,23 @@ class BudgetAnswers:
 
         ``time_based``: the instant the drip makes it affordable (exact).
         ``while_in_flight``: the earliest lease expiry of a job holding it, a
-        hint (``exact`` false) like ``in_flight_full``'s.
+        hint (``exact`` false) like ``in_flight_full``'s. A pause holds either
+        until its end at least (exact when the tokens are there already).
         """
         need = cost + budget.reserved_cost
         if budget.pool.time_based:
-            at = budget.pool.eligible_at(need, now_ms)
+            at = budget.eligible_at(need, now_ms)
             return (at, at is not None)
+        paused = budget.paused(now_ms)
         if budget.pool.can_debit(need, now_ms):
-            return (now_ms, False)
+            # The pause's end, exact, with the tokens there already; else a hint.
+            return (budget.paused_until, True) if paused else (now_ms, False)
         running = self._running
         expiries = [running[i].lease_expires_at for i in budget.holders if i in running]
-        return (min(expiries, default=None), False)
+        at = min(expiries, default=None)  # type: ignore[type-var]
+        if paused and at is not None:
+            at = max(at, budget.paused_until)  # type: ignore[type-var]
+        return (at, False)
 
     def admission(self, row: JobRow, now_ms: int) -> dict[str, Any] | None:
         """The derived ``admission`` of a pending job bound to budgets (None otherwise)."""
@@ -79,9 +88,18 @@ class BudgetAnswers:
         parked_on = row.parked_on
         for budget, cost in self._resolve(namespace, row.budgets):
             if budget.key == parked_on or (
-                parked_on is None and not budget.pool.can_debit(cost, now_ms)
+                parked_on is None
+                and (budget.paused(now_ms) or not budget.pool.can_debit(cost, now_ms))
             ):
                 at, exact = self.eligible(budget, cost, now_ms)
                 return {"state": "deferred", "reason": "budget_exhausted",
-                        "next_eligible_at": at, "exact": exact, "budget": budget.key}  # fmt: skip
+                        "next_eligible_at": at, "exact": exact, "budget": budget.key,
+                        **_paused(budget, now_ms)}  # fmt: skip
         return {"state": "admitted", "reason": None, "next_eligible_at": None, "exact": True}
+
+
+def _paused(budget: Budget, now_ms: int) -> dict[str, Any]:
+    """A paused budget's hold: reason ``budget_paused`` and the pause's reason text."""
+    if not budget.paused(now_ms):
+        return {}
+    return {"reason": "budget_paused", "pause_reason": budget.pause_reason}

@@ -3,7 +3,8 @@
 A job bound to budgets is claimed only if every one of them can debit its
 cost now; the debits are made in memory inside the claim's transaction (undone
 if it rolls back) and the pools' state is written in the same transaction.
-Otherwise the job is *parked* on the first budget that cannot pay: it keeps
+Otherwise the job is *parked* on the first budget that cannot pay, or that
+is paused (``budget_pause``: no debit before its end, whatever the tokens): it keeps
 status ``pending`` but leaves the ready index (``parked_on``), so no later
 claim reads it, and the search goes on.
 
@@ -22,10 +23,11 @@ enqueue or completion leaves no trace.
 from __future__ import annotations
 
 import logging
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from actors import lifecycle as lc
-from actors.bindings import bindings, cost_for
+from actors.bindings import SETTLED_MARK, bindings, cost_for, settled
 from actors.budgets import Budget, Budgets
 from actors.clock import Clock
 from actors.due import Due, DueActor
@@ -100,6 +102,8 @@ class BudgetGate(BudgetAnswers, BudgetRelease):
                 log.warning("job bound to missing budget %r/%r: ignored", namespace, key)
                 continue
             out.append((budget, cost))
+        if text is not None and SETTLED_MARK in text:
+            return out  # one job's completed text: not kept
         if len(self._resolved) >= RESOLVED_KEPT:
             self._resolved.clear()
         self._resolved[(namespace, text)] = (budgets.version, out)
@@ -142,10 +146,10 @@ class BudgetGate(BudgetAnswers, BudgetRelease):
             _change_bound(tx, budget, cost, 1)
         if not pending:
             return None
+        now = tx.now_ms
         for budget, cost in resolved:
-            if budget.parked > 0 or not budget.pool.can_debit(
-                cost + budget.reserved_cost, tx.now_ms
-            ):
+            if (budget.parked > 0 or budget.paused(now)
+                    or not budget.pool.can_debit(cost + budget.reserved_cost, now)):  # fmt: skip
                 self._count_parked(tx, budget, queue, cost, 1, newest=True)
                 return budget.key
         return None
@@ -201,7 +205,7 @@ class BudgetGate(BudgetAnswers, BudgetRelease):
         now = tx.now_ms
         resolved = self._resolve(row.namespace, row.budgets)
         for budget, cost in resolved:
-            if not budget.pool.can_debit(cost, now):
+            if not budget.pool.can_debit(cost, now) or budget.paused(now):
                 return budget
         job_id = row.id
         for budget, cost in resolved:
@@ -272,11 +276,27 @@ class BudgetGate(BudgetAnswers, BudgetRelease):
                 tx.undo(budget.credit(job_id, cost))
                 if self.shared:
                     self._changed(budget, tx.now_ms)
+            if target == lc.COMPLETED:
+                self._settle(tx, job_id, resolved, settled(after.budgets))
             tx.after(lambda: [self._wake(b) for b, _c in resolved])
         was, now = source in UNFINISHED, target in UNFINISHED
         if was != now:
             for budget, cost in resolved:
                 _change_bound(tx, budget, cost, 1 if now else -1)
+
+    def _settle(self, tx: Tx, job_id: str, resolved: list[tuple[Budget, int]],
+                actual: dict[str, Fraction]) -> None:  # fmt: skip
+        """A completion settled ``time_based`` debits to the ``actual`` costs its
+        row carries (the verb refused any other): refund or extra, in the pool."""
+        if not actual:
+            return
+        now, metrics = tx.now_ms, self._metrics
+        for budget, cost in resolved:
+            spent = actual.get(budget.key)
+            if spent is not None and budget.pool.time_based:
+                tx.undo(budget.settle(job_id, cost, spent, now))
+                self._changed(budget, now)
+                tx.after(lambda k=budget.key, c=spent: metrics.budget_settled(k, float(c)))
 
     # -- pools written once per transaction (the group commit's Pending) ----------
 

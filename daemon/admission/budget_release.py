@@ -74,11 +74,15 @@ class BudgetRelease:
         """Release, on every budget that can pay for some, its oldest parked jobs."""
         for key in list(self.waiting):
             budget = self.budgets.get(key)
-            if budget is None:
-                continue
-            at = budget.next_release_at(tx.now_ms)
-            if at is not None and at <= tx.now_ms:
-                self._release(tx, budget)
+            if budget is not None:
+                self.release_now(tx, budget)
+
+    def release_now(self, tx: Tx, budget: Budget) -> None:
+        """Release ``budget``'s parked jobs that it can pay for now, in ``tx`` (a
+        resumed pause: claimable when its answer is, not at the waker's next turn)."""
+        at = budget.next_release_at(tx.now_ms)
+        if at is not None and at <= tx.now_ms:
+            self._release(tx, budget)
 
     def _release(self, tx: Tx, budget: Budget) -> None:
         # Read no more parked rows than the tokens could pay for (plus the one

@@ -21,8 +21,8 @@ so no two daemons can deadlock over limits. What is read back costs what is
 configured and what runs, never the backlog:
 
 - jobs running per queue (policies' ``max_in_flight``, quotas' ``max_running``);
-- budgets: settings and pools (tokens as of an instant, cost in flight; credits
-  are saved too, see ``BudgetGate.shared``), budgets made or removed
+- budgets: settings, pauses and pools (tokens as of an instant, cost in flight;
+  credits are saved too, see ``BudgetGate.shared``), budgets made or removed
   elsewhere, and whether jobs are parked on each;
 - queue policies: definitions and the current window's usage;
 - quotas: ``enqueue_rate`` pools (written with each debit), and for namespaces
@@ -181,6 +181,7 @@ class ClusterSync:
                 mine.pool.spec = stored.pool.spec
                 mine.pool.restore(stored.pool.raw())
                 mine.updated_at, mine.source = stored.updated_at, stored.source
+                mine.paused_until, mine.pause_reason = stored.paused_until, stored.pause_reason
                 # Promises of released jobs are this daemon's: another may have
                 # claimed them since. The debit at claim decides; start afresh.
                 mine.reserved.clear()

@@ -22,6 +22,7 @@ STATUS_WORDS = {
     "running_full": "running full",
     "quota_unavailable": "unavailable",
     "budget_exhausted": "budget exhausted",
+    "budget_paused": "budget paused",
 }
 #: Statuses announced to screen readers when a queue enters them (seed 002).
 ANNOUNCED = frozenset({"window_exhausted", "paused", "admission_unavailable"})
@@ -31,6 +32,7 @@ REASON_WORDS = {
     "paused": "paused",
     "admission_unavailable": "policy unavailable",
     "budget_exhausted": "budget",
+    "budget_paused": "budget paused",
     "running_full": "namespace running full",
     "quota_unavailable": "quota unavailable",
 }

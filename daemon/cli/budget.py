@@ -1,9 +1,10 @@
-"""``sluice budget list|get|create|set|patch|delete``: the namespace's budgets.
+"""``sluice budget list|get|create|set|patch|delete|pause|resume``: the namespace's budgets.
 
 ``show`` is another name for ``get``, as everywhere one thing is read.
 
 Each subcommand is one verb (``budget_list``, ``budget_get``, ``budget_create``,
-``budget_put``, ``budget_patch``, ``budget_delete``); ``--json`` prints that
+``budget_put``, ``budget_patch``, ``budget_delete``, ``budget_pause``,
+``budget_resume``); ``--json`` prints that
 verb's result. ``patch`` sends a JSON merge patch of only the options given
 (``--burst null`` resets the burst to its default, the allocation).
 
@@ -12,7 +13,13 @@ local time at which the pool next holds one more whole token if nothing is
 debited meanwhile: the daemon's ``state.next_refill_at`` (exact), or computed
 here from the other fields when a daemon does not send it; ``full`` when the
 pool is at its cap (``burst``, else the allocation); ``-`` for
-``while_in_flight``.
+``while_in_flight``. PAUSED is the local time a pause ends, and its reason
+(``-`` when not paused).
+
+``pause KEY --retry-after SECONDS | --until WHEN [--reason TEXT]``: no job
+bound to the budget is claimed before then (``WHEN`` is an ISO 8601 instant
+with its offset, such as ``2026-12-02T14:00:00+01:00``, or ms since the
+epoch); a pause never shortens a longer one. ``resume KEY`` ends it now.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from __future__ import annotations
 import argparse
 import math
 import time
+from datetime import datetime
 from typing import Any
 
 from actors.limits import MAX_TOKENS, NAME_RE
@@ -29,7 +37,8 @@ from daemon.cli.output import emit_json, local_time, table
 from daemon.durations import format_duration_ms, parse_duration_ms
 
 STRATEGIES = ("while_in_flight", "time_based")
-HEADERS = ("KEY", "ALLOCATION", "STRATEGY", "AVAILABLE", "IN FLIGHT", "PARKED", "NEXT REFILL")
+HEADERS = ("KEY", "ALLOCATION", "STRATEGY", "AVAILABLE", "IN FLIGHT", "PARKED", "NEXT REFILL",
+           "PAUSED")  # fmt: skip
 #: ``--burst null`` in ``patch``: reset the burst to its default.
 RESET = "null"
 
@@ -59,12 +68,37 @@ def burst_or_null(text: str) -> int | str:
     return int_range(1, MAX_TOKENS)(text)
 
 
+def seconds(text: str) -> float:
+    """An argparse type: a number of seconds above 0 (``30``, ``2.5``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be above 0 seconds, got {text!r}")
+    return int(value) if value.is_integer() else value
+
+
+def instant(text: str) -> int:
+    """An argparse type: ms since the epoch, or ISO 8601 with an offset (``Z`` too)."""
+    if text.isdigit():
+        return int(text)
+    try:
+        at = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an ISO 8601 instant or ms: {text!r}") from None
+    if at.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"give the instant's offset (Z, +01:00): {text!r}")
+    return round(at.timestamp() * 1000)
+
+
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add ``budget list|get|create|set|patch|delete`` (``show`` is ``get``)."""
     budget = sub.add_parser("budget", parents=[common], help="list, show and change budgets")
     verbs = budget.add_subparsers(
-        dest="budget_command", required=True, metavar="list|get|show|create|set|patch|delete"
-    )
+        dest="budget_command", required=True,
+        metavar="list|get|show|create|set|patch|delete|pause|resume",
+    )  # fmt: skip
     ls = verbs.add_parser("list", parents=[common], help="every budget, by key")
     ls.set_defaults(run=run_list)
     get = verbs.add_parser("get", aliases=["show"], parents=[common], help="one budget")
@@ -91,6 +125,16 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     delete = verbs.add_parser("delete", parents=[common], help="delete a budget")
     delete.add_argument("key", metavar="KEY", type=budget_key)
     delete.set_defaults(run=run_delete)
+    pause = verbs.add_parser("pause", parents=[common], help="claim no job bound to it until then")
+    pause.add_argument("key", metavar="KEY", type=budget_key)
+    when = pause.add_mutually_exclusive_group(required=True)
+    when.add_argument("--retry-after", type=seconds, metavar="SECONDS", help="from now")
+    when.add_argument("--until", type=instant, metavar="WHEN", help="ISO 8601, or ms")
+    pause.add_argument("--reason", metavar="TEXT", help="why (shown with the pause)")
+    pause.set_defaults(run=run_pause)
+    resume = verbs.add_parser("resume", parents=[common], help="end a budget's pause now")
+    resume.add_argument("key", metavar="KEY", type=budget_key)
+    resume.set_defaults(run=run_resume)
 
 
 def strategy_of(args: argparse.Namespace) -> dict[str, Any]:
@@ -168,6 +212,19 @@ def run_delete(ctx: Context, args: argparse.Namespace) -> int:
     return ctx.show("budget_delete", lambda _result: f"deleted budget {args.key}", key=args.key)
 
 
+def run_pause(ctx: Context, args: argparse.Namespace) -> int:
+    """Pause a budget until an instant, or for some seconds."""
+    when = {"retry_after_s": args.retry_after} if args.until is None else {"until_ms": args.until}
+    if args.reason is not None:
+        when["reason"] = args.reason
+    return _one(ctx, "budget_pause", "paused", key=args.key, **when)
+
+
+def run_resume(ctx: Context, args: argparse.Namespace) -> int:
+    """End a budget's pause now."""
+    return _one(ctx, "budget_resume", "resumed", key=args.key)
+
+
 def _one(ctx: Context, op: str, done: str | None, **args: Any) -> int:
     """Call a verb answering ``{budget}``; print the result or the budget's table."""
     with ctx.client() as client:
@@ -233,6 +290,16 @@ def available_cell(budget: dict[str, Any]) -> str:
     return str(int(available))
 
 
+def pause_cell(budget: dict[str, Any]) -> str:
+    """The PAUSED cell: the local time the pause ends and its reason, or ``-``."""
+    state = budget["state"]
+    until = state.get("paused_until")
+    if until is None:
+        return "-"
+    reason = state.get("pause_reason")
+    return local_time(until) + (f" ({reason})" if reason else "")
+
+
 def render(budgets: list[dict[str, Any]], now_ms: int) -> str:
     """Budget objects as a table, NEXT REFILL computed as of ``now_ms``."""
     rows = [
@@ -244,6 +311,7 @@ def render(budgets: list[dict[str, Any]], now_ms: int) -> str:
             b["state"]["in_flight"],
             b["state"]["parked"],
             refill_cell(b, now_ms),
+            pause_cell(b),
         ]
         for b in budgets
     ]

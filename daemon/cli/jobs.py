@@ -203,6 +203,8 @@ def render_job(job: dict[str, Any]) -> str:
             shown = admission_text(value, local_instant) or str(value.get("state", "-"))
         elif key == "budgets" and value:
             shown = bindings_text(value)
+        elif key == "costs":
+            shown = costs_text(value) if value else "-"
         elif key in ("payload", "result", "dead", "budgets") and value is not None:
             shown = compact(value)
         else:
@@ -211,6 +213,15 @@ def render_job(job: dict[str, Any]) -> str:
     width = max(len(k) for k, _ in lines)
     indent = "\n" + " " * (width + 2)  # a multi-line error stays in its column
     return "\n".join(f"{k.ljust(width)}  {v.replace(chr(10), indent)}" for k, v in lines)
+
+
+def costs_text(costs: list[dict[str, Any]]) -> str:
+    """A job's ``costs``: ``openai 10 settled 4, slots 1`` (unsettled: the reserve)."""
+    return ", ".join(
+        f"{c['key']} {c['reserved']}"
+        + ("" if c.get("settled") is None else f" settled {c['settled']:g}")
+        for c in costs
+    )
 
 
 def bindings_text(budgets: list[dict[str, Any]]) -> str:
@@ -233,6 +244,8 @@ def admission_text(admission: dict[str, Any] | None, when: Callable[[int | None]
     text = f"deferred: {admission.get('reason') or 'unknown'}"
     if admission.get("budget"):
         text += f" on {admission['budget']}"
+    if admission.get("pause_reason"):
+        text += f" ({admission['pause_reason']})"
     at = admission.get("next_eligible_at")
     if at is None:
         return text + ", eligible: not known"

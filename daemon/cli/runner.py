@@ -18,12 +18,16 @@ import trio
 
 from daemon.cli.context import Context
 from daemon.cli.output import now_stamp
+from daemon.sdk.errors import InvalidArgument
 from daemon.sdk.job import TrioJob
 from daemon.sdk.trio_client import collapse
 from daemon.sdk.worker import Worker
 
 STDERR_TAIL = 2048
 KILL_AFTER = 5.0
+#: A line of the command's stderr saying what the job cost its budgets:
+#: ``SLUICEGATE_COST {"openai": 1234}`` (the last such line wins).
+COST_MARK = b"SLUICEGATE_COST "
 
 
 async def work_until_stopped(ctx: Context, args: argparse.Namespace) -> int:
@@ -126,7 +130,8 @@ class CommandRunner:
                 # With --json the worker's stdout carries only its own events.
                 out = sys.stderr if self.json else sys.stdout
                 nursery.start_soon(_relay, proc.stdout, Lines(prefix, out), None)
-                await _relay(proc.stderr, Lines(prefix, sys.stderr), tail)
+                errors = Lines(prefix, sys.stderr, watch=COST_MARK)
+                await _relay(proc.stderr, errors, tail)
                 await proc.wait()
         finally:
             if proc is not None and proc.returncode is not None:
@@ -135,6 +140,27 @@ class CommandRunner:
         if status != 0:
             text = bytes(tail).decode("utf-8", "replace").strip()
             await job.fail(text or f"exited with status {status}")
+        elif errors.watched:
+            await _complete_with_cost(job, errors.watched[-1])
+
+
+async def _complete_with_cost(job: TrioJob, line: bytes) -> None:
+    """Complete ``job`` settling the cost its ``SLUICEGATE_COST`` line reports; a
+    line that does not read, or a cost the daemon refuses, is said on stderr and
+    the job completes without it (the worker does that): the work was done."""
+    try:
+        cost = orjson.loads(line[len(COST_MARK) :])
+    except orjson.JSONDecodeError:
+        cost = None
+    if not isinstance(cost, dict):
+        print(f"sluice: job {job.id}: ignored a SLUICEGATE_COST line that is not "
+              'a JSON object such as {"openai": 1234}', file=sys.stderr)  # fmt: skip
+        return
+    try:
+        await job.complete(cost=cost)
+    except InvalidArgument as exc:
+        print(f"sluice: job {job.id}: its cost was refused, completed without it: "
+              f"{exc.message}", file=sys.stderr)  # fmt: skip
 
 
 def _status(returncode: int | None) -> int:
@@ -164,10 +190,13 @@ class Lines:
 
     MAX_LINE = 65536
 
-    def __init__(self, prefix: bytes, out: TextIO) -> None:
+    def __init__(self, prefix: bytes, out: TextIO, watch: bytes | None = None) -> None:
         self.prefix = prefix
         self.out = out
         self.partial = bytearray()
+        #: Lines starting with ``watch`` (passed on too), newline stripped.
+        self.watch = watch
+        self.watched: list[bytes] = []
 
     def feed(self, chunk: bytes) -> None:
         """Write the complete lines of ``chunk``; keep the rest for the next."""
@@ -178,12 +207,16 @@ class Lines:
             line = bytes(self.partial[:end])
             del self.partial[:end]
             lines.append(self.prefix + (line if line.endswith(b"\n") else line + b"\n"))
+            if self.watch is not None and line.startswith(self.watch):
+                self.watched.append(line.rstrip(b"\r\n"))
         if lines:
             self._write(b"".join(lines))
 
     def close(self) -> None:
         """Write what is left: a last line without its newline."""
         if self.partial:
+            if self.watch is not None and self.partial.startswith(self.watch):
+                self.watched.append(bytes(self.partial).rstrip(b"\r"))
             self._write(self.prefix + bytes(self.partial) + b"\n")
             self.partial.clear()
 

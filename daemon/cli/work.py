@@ -7,6 +7,17 @@ the last 2 KiB of the command's stderr as the error (the daemon schedules the
 retry). The lease is extended while it runs. A command killed by a signal
 exits with status 128 + the signal number, as in a shell.
 
+What the job cost: a command that exits 0 may write, on its stderr, a line
+``SLUICEGATE_COST <JSON object>`` naming the actual cost per ``time_based``
+budget the job is bound to, e.g. ``SLUICEGATE_COST {"openai": 1234}`` (the
+exact prefix ``SLUICEGATE_COST`` and one space at the start of the line, then
+the object on the same line; numbers from 0; the last such line wins). The job
+is completed with that ``cost``, settling the budget's debit
+(docs/protocol.md). A line that is not such an object, or a cost the daemon
+refuses (a budget the job is not bound to, a ``while_in_flight`` one), is
+said on the worker's stderr and the job completes without it. The line is
+passed on like any other.
+
 Where the output goes: each line the command writes is passed on prefixed
 with the job's id, as systemd's journal prefixes a unit's lines. The
 command's stdout goes to the worker's stdout, between the worker's own lines

@@ -63,6 +63,15 @@ class Metrics:
         self.budget_debits = Counter(
             "sluicegate_budget_debits", "Tokens debited from budgets.", ["budget"], registry=r
         )
+        self.budget_settled_tokens = Counter(
+            "sluicegate_budget_settled",
+            "Tokens completions settled to (the actual costs workers reported).",
+            ["budget"], registry=r,
+        )  # fmt: skip
+        self.budget_pauses = Counter(
+            "sluicegate_budget_pauses", "Pauses that started or lengthened a budget's pause.",
+            ["budget"], registry=r,
+        )  # fmt: skip
         self._door = Counter(
             "sluicegate_door_decisions", "Door decisions by limit and outcome.",
             ["limit", "outcome"], registry=r,
@@ -162,6 +171,14 @@ class Metrics:
     def budget_debited(self, budget: str, cost: int) -> None:
         """A claim debited ``cost`` tokens from ``budget``."""
         self._child(self.budget_debits, budget, self.budget_label).inc(cost)
+
+    def budget_settled(self, budget: str, actual: float) -> None:
+        """A completion settled ``budget``'s debit to ``actual`` tokens."""
+        self._child(self.budget_settled_tokens, budget, self.budget_label).inc(actual)
+
+    def budget_paused(self, budget: str) -> None:
+        """A pause started or lengthened ``budget``'s pause."""
+        self._child(self.budget_pauses, budget, self.budget_label).inc()
 
     def admission_charged(self, queue: str, n: int) -> None:
         """``n`` claims of ``queue`` were charged to its policy's window."""

@@ -102,9 +102,13 @@ class Gauges(Collector):
             if status.reason is not None:
                 slot = (label, status.reason)
                 held[slot] = held.get(slot, 0) + src.counts.get(key, "pending")
-        for (_ns, queue), per_budget in src.parked.parked_by_queue.items():
-            slot = (self._label(queue), "budget_exhausted")
-            held[slot] = held.get(slot, 0) + sum(per_budget.values())
+        now = src.clock.now_ms()
+        for (ns, queue), per_budget in src.parked.parked_by_queue.items():
+            for key, n in per_budget.items():
+                budget = src.budgets.get((ns, key))
+                paused = budget is not None and budget.paused(now)
+                slot = (self._label(queue), "budget_paused" if paused else "budget_exhausted")
+                held[slot] = held.get(slot, 0) + n
         for (label, name), n in sorted(statuses.items()):
             policies.add_metric([label, name], n)
         for (label, reason), n in sorted(held.items()):
@@ -174,6 +178,11 @@ class Gauges(Collector):
             "parked": GaugeMetricFamily(
                 "sluicegate_budget_parked_jobs", "Jobs parked on a budget.", labels=["budget"]
             ),
+            "paused": GaugeMetricFamily(
+                "sluicegate_budget_paused",
+                "Budgets of this key paused now (budget_pause), one per namespace.",
+                labels=["budget"],
+            ),
         }
         folded: dict[tuple[str, str], float] = {}
         for (_ns, key), budget in sorted(self.sources.budgets.items()):
@@ -182,6 +191,7 @@ class Gauges(Collector):
                 ("available", budget.pool.available(now)),
                 ("in_flight", budget.pool.in_flight),
                 ("parked", budget.parked),
+                ("paused", int(budget.paused(now))),
             ):
                 folded[(name, label)] = folded.get((name, label), 0) + value
         for (name, label), value in folded.items():

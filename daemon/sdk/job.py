@@ -10,6 +10,7 @@ belongs to the blocking :class:`~daemon.sdk.sync_client.Client`,
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from daemon.sdk.protocol import drop_none
@@ -88,8 +89,16 @@ class JobHandle:
         lease_ms = lease_ms or self.claim_lease_ms
         return drop_none(job_id=self.id, lease=self.lease, lease_ms=lease_ms)
 
-    def _complete_args(self, result: Any) -> dict[str, Any]:
-        return drop_none(job_id=self.id, lease=self.lease, result=result)
+    def _complete_args(
+        self, result: Any, cost: Mapping[str, float] | None = None
+    ) -> dict[str, Any]:
+        return drop_none(job_id=self.id, lease=self.lease, result=result,
+                         cost=None if cost is None else dict(cost))  # fmt: skip
+
+    def _pause_args(self, key: str, until_ms: int | None, retry_after_s: float | None,
+                    reason: str | None) -> dict[str, Any]:  # fmt: skip
+        return {"key": key, "until_ms": until_ms, "retry_after_s": retry_after_s,
+                "reason": reason}  # fmt: skip
 
     def _fail_args(self, error: str, retry_in_ms: int | None, dead: bool) -> dict[str, Any]:
         return drop_none(
@@ -133,9 +142,29 @@ class Job(JobHandle):
         """Extend the lease; return the new ``lease_expires_at``. Raises ``LeaseLost``."""
         return self._extended(self.client.call("heartbeat", **self._heartbeat_args(lease_ms)))
 
-    def complete(self, result: Any = None) -> dict[str, Any]:
-        """Finish the job successfully; return the job object."""
-        return self._finished(self.client.call("complete", **self._complete_args(result)))
+    def complete(
+        self, result: Any = None, cost: Mapping[str, float] | None = None
+    ) -> dict[str, Any]:
+        """Finish the job successfully; return the job object.
+
+        ``cost`` settles what the job really cost its ``time_based`` budgets
+        (``{"openai": 1234}``, numbers from 0): a smaller actual refunds the
+        difference to the pool (never above its burst), a larger one takes the
+        extra, which delays later jobs until the drip repays it. A key the job
+        is not bound to, or a ``while_in_flight`` budget, is refused
+        (``invalid_argument``) and nothing is written.
+        """
+        return self._finished(self.client.call("complete", **self._complete_args(result, cost)))
+
+    def pause_budget(
+        self, key: str, *, until_ms: int | None = None, retry_after_s: float | None = None,
+        reason: str | None = None,
+    ) -> dict[str, Any]:  # fmt: skip
+        """Pause budget ``key``, one this job is bound to, after an upstream's 429:
+        ``job.pause_budget("openai", retry_after_s=30)``. Jobs bound to it wait
+        (reason ``budget_paused``) until then, this one included if it is
+        released or retried; see the client's ``budget_pause``."""
+        return self.client.budget_pause(**self._pause_args(key, until_ms, retry_after_s, reason))
 
     def fail(
         self, error: str, retry_in_ms: int | None = None, dead: bool = False
@@ -167,9 +196,31 @@ class TrioJob(JobHandle):
         answer = await self.client.call("heartbeat", **self._heartbeat_args(lease_ms))
         return self._extended(answer)
 
-    async def complete(self, result: Any = None) -> dict[str, Any]:
-        """Finish the job successfully; return the job object."""
-        return self._finished(await self.client.call("complete", **self._complete_args(result)))
+    async def complete(
+        self, result: Any = None, cost: Mapping[str, float] | None = None
+    ) -> dict[str, Any]:
+        """Finish the job successfully; return the job object.
+
+        ``cost`` settles what the job really cost its ``time_based`` budgets
+        (``{"openai": 1234}``, numbers from 0): a smaller actual refunds the
+        difference to the pool (never above its burst), a larger one takes the
+        extra, which delays later jobs until the drip repays it. A key the job
+        is not bound to, or a ``while_in_flight`` budget, is refused
+        (``invalid_argument``) and nothing is written.
+        """
+        answer = await self.client.call("complete", **self._complete_args(result, cost))
+        return self._finished(answer)
+
+    async def pause_budget(
+        self, key: str, *, until_ms: int | None = None, retry_after_s: float | None = None,
+        reason: str | None = None,
+    ) -> dict[str, Any]:  # fmt: skip
+        """Pause budget ``key``, one this job is bound to, after an upstream's 429:
+        ``job.pause_budget("openai", retry_after_s=30)``. Jobs bound to it wait
+        (reason ``budget_paused``) until then, this one included if it is
+        released or retried; see the client's ``budget_pause``."""
+        args = self._pause_args(key, until_ms, retry_after_s, reason)
+        return await self.client.budget_pause(**args)
 
     async def fail(
         self, error: str, retry_in_ms: int | None = None, dead: bool = False

@@ -187,3 +187,24 @@ class TrioClient(TrioConnection):
         ``{results, remaining, next}``."""
         verb = verbs.dead_replay(job_ids, all=all, queue=queue, limit=limit, after=after)
         return await self._run(verb)
+
+    async def budget_pause(
+        self,
+        key: str,
+        *,
+        until_ms: int | None = None,
+        retry_after_s: float | None = None,
+        reason: str | None = None,
+    ) -> dict[str, Any]:
+        """Pause budget ``key`` (an upstream said 429, Retry-After ...): no job bound
+        to it is claimed before ``until_ms`` (wall ms), or for ``retry_after_s``
+        seconds; give exactly one (a week at most). The later instant wins over a
+        pause already set; the budget object. Needs ``consume`` on a queue whose
+        jobs bind the budget, or ``manage``."""
+        verb = verbs.budget_pause(key, until_ms=until_ms, retry_after_s=retry_after_s,
+                                  reason=reason)  # fmt: skip
+        return await self._run(verb)
+
+    async def budget_resume(self, key: str) -> dict[str, Any]:
+        """End budget ``key``'s pause now (``manage``); the budget object."""
+        return await self._run(verbs.budget_resume(key))

@@ -155,3 +155,17 @@ def dead_replay(
         after=after,
     )
     return Verb("dead_replay", args)
+
+
+def budget_pause(
+    key: str, *, until_ms: int | None, retry_after_s: float | None, reason: str | None
+) -> Verb[Answer]:
+    """Pause budget ``key`` until ``until_ms`` or for ``retry_after_s`` (exactly one):
+    the budget object. A pause never shortens one already longer."""
+    args = drop_none(key=key, until_ms=until_ms, retry_after_s=retry_after_s, reason=reason)
+    return Verb("budget_pause", args, _field("budget"))
+
+
+def budget_resume(key: str) -> Verb[Answer]:
+    """End budget ``key``'s pause now (``manage``): the budget object."""
+    return Verb("budget_resume", {"key": key}, _field("budget"))

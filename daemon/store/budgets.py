@@ -13,7 +13,7 @@ from actors.budgets import Budget
 
 COLS = (
     "namespace, key, allocation, strategy, created_at, updated_at, units, as_of_ms, in_flight, "
-    "source"
+    "source, paused_until, pause_reason"
 )
 
 Row = tuple[Any, ...]
@@ -21,7 +21,7 @@ Row = tuple[Any, ...]
 #: Insert or replace: an upsert on the key, portable to PostgreSQL (which has no
 #: ``INSERT OR REPLACE``); every column but the key is replaced.
 _SAVE = (
-    f"INSERT INTO budgets ({COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    f"INSERT INTO budgets ({COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (namespace, key) DO UPDATE SET "
     + ", ".join(f"{c} = excluded.{c}" for c in COLS.replace(" ", "").split(",")[2:])
 )
@@ -45,13 +45,21 @@ def save(
     as_of_ms: int,
     in_flight: int,
     source: str,
+    paused_until: int | None = None,
+    pause_reason: str | None = None,
 ) -> None:
-    """Insert or replace one budget."""
+    """Insert or replace one budget (its pause too)."""
     conn.execute(
         _SAVE,
         (namespace, key, allocation, orjson.dumps(strategy).decode(), created_at, updated_at,
-         units, as_of_ms, in_flight, source),
+         units, as_of_ms, in_flight, source, paused_until, pause_reason),
     )  # fmt: skip
+
+
+_UNFINISHED_BOUND = (
+    "SELECT queue, budgets FROM jobs WHERE namespace = ? "
+    "AND state IN ('scheduled', 'pending', 'running') AND budgets IS NOT NULL"
+)
 
 
 def bound(conn: sqlite3.Connection, namespace: str, key: str) -> dict[int, int]:
@@ -63,15 +71,21 @@ def bound(conn: sqlite3.Connection, namespace: str, key: str) -> dict[int, int]:
     cost every bound job's every move instead (measured: 7% of a bound job's
     path, bench/cluster.py exactness-cost)."""
     costs: dict[int, int] = {}
-    for (text,) in conn.execute(
-        "SELECT budgets FROM jobs WHERE namespace = ? "
-        "AND state IN ('scheduled', 'pending', 'running') AND budgets IS NOT NULL",
-        (namespace,),
-    ):
+    for _queue, text in conn.execute(_UNFINISHED_BOUND, (namespace,)):
         for bound_key, cost in bindings(text):
             if bound_key == key:
                 costs[cost] = costs.get(cost, 0) + 1
     return costs
+
+
+def bound_queues(conn: sqlite3.Connection, namespace: str, key: str) -> set[str]:
+    """The queues of ``namespace`` with unfinished jobs bound to budget ``key``
+    (who may pause it: a rare check, read as :func:`bound` reads)."""
+    return {
+        queue
+        for queue, text in conn.execute(_UNFINISHED_BOUND, (namespace,))
+        if any(bound_key == key for bound_key, _cost in bindings(text))
+    }
 
 
 def save_pool(conn: sqlite3.Connection, namespace: str, key: str, state: PoolState) -> None:
@@ -101,10 +115,12 @@ def delete(conn: sqlite3.Connection, namespace: str, key: str) -> None:
 
 def load(row: Row) -> Budget:
     """A budget (settings and pool state) from its stored row."""
-    namespace, key, allocation, strategy, created, updated, units, as_of, in_flight, source = row
+    (namespace, key, allocation, strategy, created, updated, units, as_of, in_flight, source,
+     paused_until, pause_reason) = row  # fmt: skip
     spec = BudgetSpec(allocation, Strategy(**orjson.loads(strategy)))
     pool = TokenPool(spec, as_of, PoolState(units, as_of, in_flight))
-    return Budget(namespace, key, pool, created, updated, source)
+    return Budget(namespace, key, pool, created, updated, source,
+                  paused_until=paused_until, pause_reason=pause_reason)  # fmt: skip
 
 
 def load_all(conn: sqlite3.Connection) -> list[Budget]:

@@ -69,9 +69,9 @@ class BudgetStore(Protocol):
     def save(
         self, namespace: str, key: str, *, allocation: int, strategy: dict[str, Any],
         created_at: int, updated_at: int, units: int, as_of_ms: int, in_flight: int,
-        source: str,
+        source: str, paused_until: int | None = None, pause_reason: str | None = None,
     ) -> None:  # fmt: skip
-        """Create or replace one budget."""
+        """Create or replace one budget (its pause too)."""
 
     def save_pool(self, namespace: str, key: str, state: Any) -> None:
         """Persist a budget's pool state (:class:`actors.budget.PoolState`)."""
@@ -81,6 +81,9 @@ class BudgetStore(Protocol):
 
     def bound(self, namespace: str, key: str) -> dict[int, int]:
         """Unfinished jobs bound to one budget, as cost -> jobs."""
+
+    def bound_queues(self, namespace: str, key: str) -> set[str]:
+        """The queues with unfinished jobs bound to one budget."""
 
     def delete(self, namespace: str, key: str) -> None:
         """Remove one budget."""

@@ -197,9 +197,11 @@ class JobStore(Protocol):
         error: str | None = None,
         result: str | None = None,
         dead: str | None = None,
+        budgets: str | None = None,
     ) -> JobRow:
         """A running job leaves ``running`` by ``event`` (complete, fail, release,
-        reap) for ``state`` (guarded on its lease: :class:`StaleRow`)."""
+        reap) for ``state`` (guarded on its lease: :class:`StaleRow`);
+        ``budgets``, when given, replaces its stored bindings (settled costs)."""
 
     def complete_many(self, rows: list[tuple[JobRow, str | None]], now: int) -> list[JobRow] | None:
         """Complete running jobs ((row, result JSON) each), all or none: None

@@ -343,18 +343,20 @@ def finish(
     error: str | None = None,
     result: str | None = None,
     dead: str | None = None,
+    budgets: str | None = None,
 ) -> Row:
     """Move a running job out of ``running``: completed, dead, or back to waiting.
 
     ``event`` names the transition (complete, fail, release, reap) that the
     lifecycle table must allow from ``before``'s state to ``state``. Guarded on
-    ``before``'s lease (:class:`StaleRow` if it no longer holds).
+    ``before``'s lease (:class:`StaleRow` if it no longer holds). ``budgets``
+    replaces the stored bindings (a completion's settled costs).
     """
     # The hot path of every single completion: ``before`` unpacked once and the
     # row after built as one tuple, as in mark_running (bench/inprocess.py, single).
     (job_id, namespace, queue, job_type, payload, priority, source, attempts, max_attempts,
      lease_ms, was_ready_at, created_at, _updated_at, _finished_at, lease, _expires,
-     unique_key, budgets, was_error, _result, _dead, parked_on) = before  # fmt: skip
+     unique_key, was_budgets, was_error, _result, _dead, parked_on) = before  # fmt: skip
     lc.check(event, source, state)
     finished_at = now if state in _FINAL else None
     changes: dict[str, Any] = {
@@ -376,6 +378,10 @@ def finish(
         error = was_error
     else:
         changes["error"] = error
+    if budgets is None:
+        budgets = was_budgets
+    else:
+        changes["budgets"] = budgets
     _write(conn, changes, job_id, True, lease)
     return _new(JobRow, (
         job_id, namespace, queue, job_type, payload, priority, state, attempts, max_attempts,

@@ -19,6 +19,8 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from actors.bindings import costs_wire
+
 
 class JobRow(NamedTuple):
     """One job as stored. Instants are integer ms since the epoch; ``payload``,
@@ -75,6 +77,7 @@ def to_wire(row: JobRow, payload: Any = _UNSET) -> dict[str, Any]:
     (job_id, namespace, queue, job_type, stored, priority, state, attempts, max_attempts,
      lease_ms, ready_at, created_at, updated_at, finished_at, lease, lease_expires_at,
      unique_key, budgets, error, result, dead, _parked_on) = row  # fmt: skip
+    bound, costs = ([], []) if budgets is None else costs_wire(budgets)
     return {
         "id": job_id,
         "namespace": namespace,
@@ -92,7 +95,8 @@ def to_wire(row: JobRow, payload: Any = _UNSET) -> dict[str, Any]:
         "finished_at": finished_at,
         "lease": lease,
         "lease_expires_at": lease_expires_at,
-        "budgets": [] if budgets is None else _parse(budgets) or [],
+        "budgets": bound,
+        "costs": costs,
         "unique_key": unique_key,
         "error": error,
         "result": None if result is None else _parse(result),

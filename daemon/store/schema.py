@@ -243,6 +243,26 @@ def _v7_cluster(db: sqlite_utils.Database) -> None:
     )
 
 
+def _v8_reserved(_db: sqlite_utils.Database) -> None:
+    # Reserved for the fairness work (groups), built on another branch; it
+    # replaces this no-op when the branches meet.
+    return
+
+
+def _v9_reserved(_db: sqlite_utils.Database) -> None:
+    # Reserved for the stacked windows (window usage), built on another branch;
+    # it replaces this no-op when the branches meet.
+    return
+
+
+def _v10_budget_pause(db: sqlite_utils.Database) -> None:
+    # A budget's pause (budget_pause): no debit before paused_until (wall ms),
+    # and why. Kept with the pool, so a restart and every daemon of a cluster
+    # (which read budgets back whole) hold it.
+    db["budgets"].add_column("paused_until", int)
+    db["budgets"].add_column("pause_reason", str)
+
+
 #: Every migration, in order: entry ``i`` is version ``i + 1`` (the version
 #: field says so for the reader; tests/unit/test_schema.py holds them equal).
 MIGRATIONS: list[Migration] = [
@@ -253,6 +273,9 @@ MIGRATIONS: list[Migration] = [
     Migration(5, "policies", _v5_policies, pg.V5_POSTGRES),
     Migration(6, "usage", _v6_usage, pg.V6_POSTGRES),
     Migration(7, "cluster", _v7_cluster, pg.V7_POSTGRES),
+    Migration(8, "reserved_groups", _v8_reserved, ("SELECT 1",)),
+    Migration(9, "reserved_windows", _v9_reserved, ("SELECT 1",)),
+    Migration(10, "budget_pause", _v10_budget_pause, pg.V10_POSTGRES),
 ]
 
 

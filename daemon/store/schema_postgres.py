@@ -157,3 +157,9 @@ V7_POSTGRES = (
         heartbeat_at bigint NOT NULL
     )""",
 )
+
+#: A budget's pause (schema.py's ``_v10_budget_pause``).
+V10_POSTGRES = (
+    "ALTER TABLE budgets ADD COLUMN paused_until bigint",
+    'ALTER TABLE budgets ADD COLUMN pause_reason text COLLATE "C"',
+)

@@ -51,6 +51,8 @@ _BUDGET_VERBS = {
     "PATCH": ("budget_patch", 200),
     "DELETE": ("budget_delete", 204),
 }
+#: ``POST /budgets/{key}/<action>``: a budget's pause and its end.
+_BUDGET_ACTIONS = {"pause": "budget_pause", "resume": "budget_resume"}
 #: Paths with fixed methods, for 405's ``Allow`` header (prefix routes below).
 _ALLOW = {
     "/jobs": "GET, POST", "/healthz": "GET", "/metrics": "GET",
@@ -160,6 +162,11 @@ class HttpApp:
         if path == "/budgets" and method == "GET":
             scoped = {"namespace": query["namespace"]} if "namespace" in query else {}
             return Reply(200, await self._call(caller, "budget_list", scoped))
+        if path.startswith("/budgets/") and path.count("/") == 3:
+            key, _slash, action = path[len("/budgets/") :].partition("/")
+            if method == "POST" and action in _BUDGET_ACTIONS:
+                return await self._budget(caller, method, key, query, receive, headers,
+                                          _BUDGET_ACTIONS[action])  # fmt: skip
         if path.startswith("/budgets/") and method in _BUDGET_VERBS:
             return await self._budget(caller, method, path[len("/budgets/") :], query, receive,
                                       headers)  # fmt: skip
@@ -180,9 +187,11 @@ class HttpApp:
         return Reply(404, {"error": f"no route {path}", "code": "not_found"})
 
     async def _budget(self, caller: Caller, method: str, key: str, query: dict[str, str],
-                      receive: Receive, headers: dict[str, str]) -> Reply:  # fmt: skip
-        """Seed 003's budget routes: the bare budget object, 201 on create, 204 on delete."""
-        verb, status = _BUDGET_VERBS[method]
+                      receive: Receive, headers: dict[str, str],
+                      action: str | None = None) -> Reply:  # fmt: skip
+        """Seed 003's budget routes: the bare budget object, 201 on create, 204 on
+        delete; ``action``: ``POST /budgets/{key}/pause|resume``, 200."""
+        verb, status = _BUDGET_VERBS[method] if action is None else (action, 200)
         writes = method in ("POST", "PUT", "PATCH")
         body = await read_body(receive, headers, MAX_BODY) if writes else {}
         if not isinstance(body, dict):

@@ -2,6 +2,7 @@
 
 from daemon.verbs import (  # noqa: F401
     audit,
+    budget_pause,
     budgets,
     dead,
     periodic,

@@ -64,7 +64,8 @@ def _save(tx: Tx, budget: Budget) -> None:
         budget.namespace, budget.key, allocation=budget.spec.allocation,
         strategy=budget.spec.strategy.to_dict(), created_at=budget.created_at,
         updated_at=budget.updated_at, units=state.units, as_of_ms=state.as_of_ms,
-        in_flight=state.in_flight, source=budget.source,
+        in_flight=state.in_flight, source=budget.source, paused_until=budget.paused_until,
+        pause_reason=budget.pause_reason,
     )  # fmt: skip
 
 
@@ -92,7 +93,8 @@ class BudgetPatchArgs:
     strategy: Any = ABSENT
 
 
-def _visible(core: Services, call: Call, key: str) -> Budget:
+def visible_budget(core: Services, call: Call, key: str) -> Budget:
+    """The caller's namespace's budget ``key``; ``not_found`` if there is none."""
     budget = core.budgets.get((call.namespace, key))
     if budget is None:
         raise not_found(f"budget {key!r}")
@@ -108,7 +110,8 @@ def _jobs(n: int) -> str:
     return f"{n} unfinished job" + ("" if n == 1 else "s")
 
 
-def _store(tx: Tx, actor: str, budget: Budget, action: str, before: Any) -> Budget:
+def audited_save(tx: Tx, actor: str, budget: Budget, action: str, before: Any) -> Budget:
+    """Write ``budget`` whole and audit ``action`` by ``actor`` (``before``: its wire form)."""
     _save(tx, budget)
     tx.store.audit.record(
         at=tx.now_ms, actor=actor, namespace=budget.namespace, target_kind="budget",
@@ -131,7 +134,7 @@ def create_budget(
         )  # fmt: skip
     budget = Budget(namespace, key, TokenPool(spec, tx.now_ms), tx.now_ms, tx.now_ms, source)
     tx.undo(core.budgets.add(budget))
-    return _store(tx, actor, budget, "create", None)
+    return audited_save(tx, actor, budget, "create", None)
 
 
 def _update(
@@ -148,7 +151,7 @@ def _update(
     before = budget.to_wire(tx.now_ms)
     tx.undo(budget.update(spec, tx.now_ms, source))  # never creates tokens
     tx.after(lambda: core.budget_gate.settings_changed(budget))
-    return _store(tx, actor, budget, "update", before)
+    return audited_save(tx, actor, budget, "update", before)
 
 
 def provision(core: Services, budgets: dict[str, dict[str, BudgetSpec]]) -> Callable[[Tx], None]:
@@ -189,7 +192,7 @@ def budget_list(core: Services, call: Call, _a: NoArgs) -> Plan:
 @verb("budget_get", ("manage",), BudgetKeyArgs, manage=True)
 def budget_get(core: Services, call: Call, a: BudgetKeyArgs) -> Plan:
     """One budget."""
-    return answer_now({"budget": _visible(core, call, a.key).to_wire(core.clock.now_ms())})
+    return answer_now({"budget": visible_budget(core, call, a.key).to_wire(core.clock.now_ms())})
 
 
 @verb("budget_create", ("manage",), BudgetSetArgs, manage=True)
@@ -233,7 +236,7 @@ def budget_patch(core: Services, call: Call, a: BudgetPatchArgs) -> Plan:
         raise invalid("strategy", "strategy must be an object (it has no default)")
 
     def write(tx: Tx) -> Budget:
-        budget = _visible(core, call, a.key)
+        budget = visible_budget(core, call, a.key)
         strategy = budget.spec.strategy.to_dict()
         if a.strategy is not ABSENT:
             if a.strategy.get("type") not in (None, strategy["type"]):
@@ -253,7 +256,7 @@ def budget_delete(core: Services, call: Call, a: BudgetKeyArgs) -> Plan:
     """Delete a budget."""
 
     def write(tx: Tx) -> dict[str, Any]:
-        budget = _visible(core, call, a.key)
+        budget = visible_budget(core, call, a.key)
         _writable(budget)
         bound = core.budget_gate.bound(tx, budget)
         if bound:

@@ -286,13 +286,16 @@ def fast_claim_next(cls: type) -> Check:
     return check
 
 
-_COMPLETE = ("job_id", "lease", "result")
+_COMPLETE = ("job_id", "lease", "result", "cost")
 _COMPLETE_KEYS = frozenset(_COMPLETE)
 
 
 @_written_for(*_COMPLETE)
 def fast_complete(cls: type) -> Check:
-    """The check of one completion of ``complete``/``complete_many``, made as ``cls``."""
+    """The check of one completion of ``complete``/``complete_many``, made as ``cls``.
+
+    A completion that settles costs (``cost``, rare) is left to the converter.
+    """
 
     def check(args: Any) -> Any:
         if type(args) is not dict or not args.keys() <= _COMPLETE_KEYS:
@@ -300,10 +303,13 @@ def fast_complete(cls: type) -> Check:
         job_id, lease, result = args.get("job_id"), args.get("lease"), args.get("result")
         if not (_text(job_id, JOB_ID_LEN) and _text(lease, LEASE_TOKEN_LEN) and _json(result)):
             return None
+        if args.get("cost") is not None:
+            return None
         made = _new(cls)
         _set(made, "job_id", job_id)
         _set(made, "lease", lease)
         _set(made, "result", result)
+        _set(made, "cost", None)
         return made
 
     return check

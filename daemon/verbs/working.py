@@ -42,6 +42,7 @@ from daemon.verbs.fast_checks import (
     fast_complete_many,
     register_fast,
 )
+from daemon.verbs.settling import cost_map, settled_bindings
 from daemon.verbs.table import Call, Later, Plan, verb
 
 if TYPE_CHECKING:
@@ -82,6 +83,8 @@ class CompleteArgs:
     job_id: str = attrs.field(validator=text(JOB_ID_LEN))
     lease: str = attrs.field(validator=text(LEASE_TOKEN_LEN))
     result: Any = attrs.field(default=None, validator=json_value)
+    #: What the job really cost its ``time_based`` budgets (daemon.verbs.settling).
+    cost: Any = attrs.field(default=None, validator=cost_map)
 
 
 @attrs.frozen
@@ -307,9 +310,9 @@ def complete(core: Services, call: Call, a: CompleteArgs) -> Plan:
     result = None if a.result is None else dumps(a.result)
 
     def change(tx: Tx, row: JobRow) -> JobRow:
-        return tx.store.jobs.finish(
-            row, event="complete", state=lc.COMPLETED, now=tx.now_ms, result=result
-        )
+        budgets = settled_bindings(core.budgets, row, a.cost)
+        return tx.store.jobs.finish(row, event="complete", state=lc.COMPLETED, now=tx.now_ms,
+                                    result=result, budgets=budgets)  # fmt: skip
 
     return _on_lease(core, call, a.job_id, a.lease, change)
 
@@ -325,27 +328,31 @@ def complete_many(core: Services, call: Call, a: CompleteManyArgs) -> Plan:
 
     def write(tx: Tx) -> list[dict[str, Any]]:
         outcome: list[dict[str, Any]] = [{"job_id": c.job_id} for c in a.jobs]
-        found: list[tuple[int, JobRow, str | None]] = []
+        found: list[tuple[int, JobRow, str | None, str | None]] = []
         for i, c in enumerate(a.jobs):
             try:
                 row = _leased(core, call, tx, c.job_id, c.lease)
+                settled = settled_bindings(core.budgets, row, c.cost)
             except Refused as refused:  # this job only: nothing of it is written
                 outcome[i]["error"] = refused.to_wire()
                 continue
-            found.append((i, row, None if c.result is None else dumps(c.result)))
-        done = tx.store.jobs.complete_many([(row, r) for _i, row, r in found], tx.now_ms)
-        if done is None:  # a stale row or a job named twice: one at a time, to say which
-            done = []
-            for i, row, result in found:
+            found.append((i, row, None if c.result is None else dumps(c.result), settled))
+        # Completions that settle costs rewrite their bindings: one at a time.
+        plain = [f for f in found if f[3] is None]
+        one_by_one = [f for f in found if f[3] is not None]
+        batch = [(row, r) for _i, row, r, _s in plain]
+        if batch and tx.store.jobs.complete_many(batch, tx.now_ms) is None:
+            one_by_one = found  # a stale row or a job named twice: one at a time, to say which
+        for i, row, result, settled in one_by_one:
+            try:
+                tx.store.jobs.finish(row, event="complete", state=lc.COMPLETED, now=tx.now_ms,
+                                     result=result, budgets=settled)  # fmt: skip
+            except StaleRow:
                 try:
-                    done.append(tx.store.jobs.finish(row, event="complete", state=lc.COMPLETED,
-                                                     now=tx.now_ms, result=result))  # fmt: skip
-                except StaleRow:
-                    try:
-                        refusal = _lost(core, call, tx, row.id, row.lease)
-                    except Refused as why:
-                        refusal = why
-                    outcome[i]["error"] = refusal.to_wire()
+                    refusal = _lost(core, call, tx, row.id, row.lease)
+                except Refused as why:
+                    refusal = why
+                outcome[i]["error"] = refusal.to_wire()
         for item in outcome:
             if "error" not in item:
                 item["state"] = lc.COMPLETED

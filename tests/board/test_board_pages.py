@@ -125,6 +125,19 @@ async def test_every_page_renders(tmp_path):
             assert missing.status_code == 404
 
 
+async def test_the_budgets_page_shows_a_pause_with_its_reason(tmp_path):
+    with trio.fail_after(30):
+        async with board(tmp_path) as (core, client):
+            await call(core, "budget_create", key="llm", allocation=5,
+                       strategy={"type": "while_in_flight"})  # fmt: skip
+            page = (await client.get("/board/ns/default/budgets")).text
+            assert "paused until" not in page
+            await call(core, "budget_pause", key="llm", retry_after_s=60,
+                       reason="429 <upstream>")  # fmt: skip
+            page = (await client.get("/board/ns/default/budgets")).text
+            assert re.search(r"<strong>paused until .*</strong>: 429 &lt;upstream&gt;", page)
+
+
 async def test_policy_editor_saves_over_a_form_post_and_audits(tmp_path):
     with trio.fail_after(30):
         async with board(tmp_path) as (core, client):

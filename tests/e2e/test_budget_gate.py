@@ -35,7 +35,8 @@ def test_a_job_bound_to_two_budgets_runs_only_when_both_allow(make_daemon):
         c.ok("complete", job_id=got[0]["id"], lease=got[0]["lease"])
         c.ok("claim_next", queues=["q"], max=1, wait_ms=5000)  # the released one
         slots = c.ok("budget_get", key="slots")["budget"]["state"]
-        assert slots == {"available": 0.0, "in_flight": 2, "parked": 1, "next_refill_at": None}
+        assert slots == {"available": 0.0, "in_flight": 2, "parked": 1, "next_refill_at": None,
+                         "paused_until": None, "pause_reason": None}  # fmt: skip
 
 
 def test_parked_jobs_do_not_hold_back_the_jobs_behind_them(make_daemon):

@@ -138,6 +138,8 @@ def test_seed_003_examples_in_order(daemon):
             "in_flight": 0,
             "parked": 0,
             "next_refill_at": None,
+            "paused_until": None,
+            "pause_reason": None,
         }
 
         # Duplicate create rejected: 409 with the seed's text; nothing written.
@@ -169,6 +171,8 @@ def test_seed_003_examples_in_order(daemon):
             "in_flight": 0,
             "parked": 0,
             "next_refill_at": None,
+            "paused_until": None,
+            "pause_reason": None,
         }
 
         # Patch an existing budget: only the burst changes.
@@ -462,6 +466,7 @@ def test_raising_allocation_and_burst_hands_out_no_tokens(daemon, connect):
     c.ok("budget_create", key="wif", **WHILE_IN_FLIGHT_5)
     assert c.ok("budget_patch", key="wif", allocation=8)["budget"]["state"] == {
         "available": 8, "in_flight": 0, "parked": 0, "next_refill_at": None,
+        "paused_until": None, "pause_reason": None,
     }  # fmt: skip
 
 

@@ -65,6 +65,8 @@ async def test_while_in_flight_five_runs_five_at_a_time(tmp_path, autojump_clock
             "in_flight": 5,
             "parked": 7,
             "next_refill_at": None,
+            "paused_until": None,
+            "pause_reason": None,
         }
         # The rest wait, pending, and say why.
         waiting = (await call(core, "get", job_id=ids[5]))["job"]
@@ -90,6 +92,8 @@ async def test_while_in_flight_five_runs_five_at_a_time(tmp_path, autojump_clock
             "in_flight": 5,
             "parked": 5,
             "next_refill_at": None,
+            "paused_until": None,
+            "pause_reason": None,
         }
 
 
@@ -295,6 +299,8 @@ async def test_raising_the_allocation_releases_parked_jobs(tmp_path, autojump_cl
             "in_flight": 3,
             "parked": 1,
             "next_refill_at": None,
+            "paused_until": None,
+            "pause_reason": None,
         }
 
 

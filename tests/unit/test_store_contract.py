@@ -328,6 +328,19 @@ def test_complete_finishes_a_running_job(store):
     )  # fmt: skip
 
 
+def test_a_completion_may_replace_the_bindings_with_their_settled_costs(store):
+    _insert(store, _job("a", budgets='[{"key":"llm","cost":10}]'))
+    (row,) = _claim(store)
+    settled = '[{"key":"llm","cost":10,"settled":2.5}]'
+
+    def write(tx):
+        return tx.store.jobs.finish(row, event="complete", state=lc.COMPLETED, now=T + 1,
+                                    budgets=settled)  # fmt: skip
+
+    after = store.write(write, T + 1)
+    assert after == store.job("a") and after.budgets == settled
+
+
 def test_fail_and_release_send_a_running_job_back_to_wait(store):
     _insert(store, _job("a"), _job("b"))
     a, b = _claim(store)
@@ -506,6 +519,9 @@ def test_bound_counts_the_unfinished_jobs_of_one_budget_by_cost(store):
     assert bound == {3: 2, 1: 1}
     assert store.write(lambda tx: tx.store.budgets.bound("ns", "cpu")) == {2: 1}
     assert store.write(lambda tx: tx.store.budgets.bound("ns", "none")) == {}
+    queues = store.write(lambda tx: tx.store.budgets.bound_queues("ns", "gpu"))
+    assert queues == {"q"}
+    assert store.write(lambda tx: tx.store.budgets.bound_queues("ns", "none")) == set()
 
 
 def test_the_limit_state_is_read_back_whole_in_one_statement(store):
