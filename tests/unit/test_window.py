@@ -240,6 +240,51 @@ def test_bounds_memoizes_the_current_window(monkeypatch):
     assert bounds(day, first[0] - 1) == (first[0] - DAY, first[0])  # back again: computed
 
 
+# -- seconds, minutes and months --------------------------------------------------
+
+
+@pytest.mark.parametrize(("period", "tick"), [("second", 1000), ("minute", 60_000)])
+def test_second_and_minute_windows_tick_with_the_clock_through_a_fall_back(period, tick):
+    """Each elapsed second (minute) is one window, even while the wall clock
+    repeats 01:00-02:00 in Los Angeles (2026-11-01): never a window of an hour."""
+    window = win(period, "America/Los_Angeles", "00:00")
+    fall_back = utc(2026, 11, 1, 9)  # 02:00 PDT becomes 01:00 PST
+    spans = walk(window, fall_back - 3 * tick + 1, 7)
+    assert spans[0] == (fall_back - 3 * tick, fall_back - 2 * tick)
+    assert all(end - start == tick for start, end in spans)
+    assert [s for s, _ in spans][3] == fall_back
+
+
+def test_a_month_window_follows_the_zones_calendar_months():
+    month = win("month", "UTC", "00:00")
+    lengths = [(end - start) // DAY for start, end in walk(month, utc(2026, 1, 1), 12)]
+    assert lengths == [31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31]
+    assert bounds(month, utc(2028, 2, 10)) == (utc(2028, 2, 1), utc(2028, 3, 1))  # leap: 29
+
+
+def test_a_pacific_month_spans_the_spring_change_one_hour_short():
+    """March 2026 in Los Angeles: 00:00 PST on the 1st to 00:00 PDT on April 1st."""
+    month = win("month", "America/Los_Angeles", "00:00")
+    assert bounds(month, utc(2026, 3, 20)) == (utc(2026, 3, 1, 8), utc(2026, 4, 1, 7))
+    assert bounds(month, utc(2026, 3, 1, 7, 59)) == (utc(2026, 2, 1, 8), utc(2026, 3, 1, 8))
+
+
+def test_a_month_starting_in_the_repeated_hour_starts_at_its_first_occurrence():
+    """November 2026 in Los Angeles begins on its fall-back day: a start of 01:30
+    is 01:30 PDT, and 01:45 PST (the wall clock's second 01:45) is November's."""
+    month = win("month", "America/Los_Angeles", "01:30")
+    november = (utc(2026, 11, 1, 8, 30), utc(2026, 12, 1, 9, 30))
+    assert bounds(month, utc(2026, 11, 1, 8, 29))[1] == november[0]
+    assert bounds(month, utc(2026, 11, 1, 9, 45)) == november
+    assert next_boundary(month, november[0]) == november[1]
+
+
+def test_a_month_start_round_trips_and_validates():
+    doc = {"period": "month", "tz": "Europe/Berlin", "start": "06:00"}
+    assert parse_window(doc).to_dict() == doc
+    assert parse_window(doc).period_ms == 31 * DAY
+
+
 # -- validation ---------------------------------------------------------------------
 
 GOOD: dict[str, Any] = {"period": "day", "tz": "America/Los_Angeles", "start": "00:00"}
@@ -254,7 +299,10 @@ GOOD: dict[str, Any] = {"period": "day", "tz": "America/Los_Angeles", "start": "
         ({**GOOD, "weekdays": "Mon"}, "window"),
         ({**GOOD, "zone": "UTC"}, "window"),
         ({"tz": "UTC", "start": "00:00"}, "window.period"),
-        ({**GOOD, "period": "month"}, "window.period"),
+        ({**GOOD, "period": "fortnight"}, "window.period"),
+        ({**GOOD, "period": "minute", "start": "00:30"}, "window.start"),
+        ({**GOOD, "period": "second", "start": "01:00"}, "window.start"),
+        ({**GOOD, "period": "month", "weekday": "Mon"}, "window.weekday"),
         ({**GOOD, "period": "Day"}, "window.period"),
         ({**GOOD, "period": ["day"]}, "window.period"),
         ({"period": "day", "start": "00:00"}, "window.tz"),
