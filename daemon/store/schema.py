@@ -243,6 +243,29 @@ def _v7_cluster(db: sqlite_utils.Database) -> None:
     )
 
 
+def _v8_reserved(_db: sqlite_utils.Database) -> None:
+    # Reserved for the fairness work (groups), built on another branch; it
+    # replaces this no-op when the branches meet.
+    return
+
+
+def _v9_window_usage(db: sqlite_utils.Database) -> None:
+    # Stacked windows: a policy may count claims in several windows, two of which
+    # can start at the same instant (a minute and a second), so usage is also
+    # keyed by the window, named by its period (one window per period). A row
+    # from before is its policy's one window's.
+    db["policy_usage"].add_column("window_key", str, not_null_default="")
+    db.execute(
+        "UPDATE policy_usage SET window_key = coalesce((SELECT json_extract(p.policy, "
+        "'$.window.period') FROM policies p WHERE p.namespace = policy_usage.namespace "
+        "AND p.queue = policy_usage.queue), '')"
+    )
+    db["policy_usage"].transform(
+        pk=("namespace", "queue", "window_key", "window_start"),
+        column_order=("namespace", "queue", "window_key", "window_start", "used"),
+    )
+
+
 #: Every migration, in order: entry ``i`` is version ``i + 1`` (the version
 #: field says so for the reader; tests/unit/test_schema.py holds them equal).
 MIGRATIONS: list[Migration] = [
@@ -253,6 +276,8 @@ MIGRATIONS: list[Migration] = [
     Migration(5, "policies", _v5_policies, pg.V5_POSTGRES),
     Migration(6, "usage", _v6_usage, pg.V6_POSTGRES),
     Migration(7, "cluster", _v7_cluster, pg.V7_POSTGRES),
+    Migration(8, "reserved", _v8_reserved, ("SELECT 1",)),
+    Migration(9, "window_usage", _v9_window_usage, pg.V9_POSTGRES),
 ]
 
 

@@ -157,3 +157,13 @@ V7_POSTGRES = (
         heartbeat_at bigint NOT NULL
     )""",
 )
+
+#: Stacked windows (schema.py's ``_v9_window_usage``).
+V9_POSTGRES = (
+    """ALTER TABLE policy_usage ADD COLUMN window_key text COLLATE "C" NOT NULL DEFAULT ''""",
+    """UPDATE policy_usage u SET window_key = coalesce((SELECT p.policy::json -> 'window'
+        ->> 'period' FROM policies p WHERE p.namespace = u.namespace AND p.queue = u.queue),
+        '')""",
+    "ALTER TABLE policy_usage DROP CONSTRAINT policy_usage_pkey",
+    "ALTER TABLE policy_usage ADD PRIMARY KEY (namespace, queue, window_key, window_start)",
+)
