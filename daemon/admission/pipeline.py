@@ -214,6 +214,8 @@ def deferred_refusal(job_id: str, queue: str, held: dict[str, Any]) -> Refused:
                "next_eligible_at": held["next_eligible_at"], "exact": held["exact"]}  # fmt: skip
     if held.get("budget"):
         details["budget"] = held["budget"]
+    if held.get("window"):
+        details["window"] = held["window"]
     return Refused(
         "deferred",
         f"job {job_id!r} is deferred: {held['reason']}"
