@@ -31,6 +31,9 @@ from actors.errors import Refused, invalid
 from actors.window import PERIODS, Window, bounds, parse_window
 
 MAX_CLAIMS = 1_000_000
+#: How long the usage of a second or minute window is kept: a day. Older rows
+#: matter only to a restart after the host's clock stepped back by more.
+KEEP_TICKS_MS = 86_400_000
 #: One window per period.
 MAX_WINDOWS = len(PERIODS)
 _KEYS = ("max_claims", "period", "tz", "start", "weekday")
@@ -113,6 +116,16 @@ class WindowUsage:
         #: a step of the host's clock back (then a restart) leaves any: a window
         #: charged on the old time comes round again and must not admit twice.
         self.ahead: dict[int, int] = {}
+        #: The window start at which older usage rows were last forgotten.
+        self.pruned_at: int | None = None
+
+    def prune_before(self) -> int | None:
+        """For a second or minute window that moved on since the last prune: the
+        start before which its stored usage may be forgotten (else None)."""
+        if self.limit.window.period not in ("second", "minute") or self.pruned_at == self.start:
+            return None
+        self.pruned_at = self.start
+        return self.start - KEEP_TICKS_MS
 
     @property
     def key(self) -> str:

@@ -210,6 +210,9 @@ class Policies:
             tx.undo(state.charge(n))
             for meter in state.meters:
                 tx.store.policies.charge(key[0], key[1], meter.key, meter.start, n)
+                before = meter.prune_before()
+                if before is not None:
+                    tx.store.policies.prune(key[0], key[1], meter.key, before)
             headroom[key[1]] = state.headroom(self.running(key))
             tx.after(lambda s=state, n=n: self._settled(s, n))
         return headroom

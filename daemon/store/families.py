@@ -110,6 +110,9 @@ class PolicyStore(Protocol):
     def charge(self, namespace: str, queue: str, key: str, window_start: int, n: int) -> None:
         """Add ``n`` claims to a window's usage."""
 
+    def prune(self, namespace: str, queue: str, key: str, before: int) -> None:
+        """Forget the usage of windows of ``key`` starting before ``before``."""
+
 
 @runtime_checkable
 class SettingsStore(Protocol):

@@ -56,6 +56,16 @@ def usage_after(
     return {start: used for start, used in rows}
 
 
+def prune(conn: sqlite3.Connection, namespace: str, queue: str, key: str, before: int) -> None:
+    """Forget the usage of windows of ``key`` starting before ``before`` (the history
+    of a second or minute window, which would otherwise grow by a row a second)."""
+    conn.execute(
+        "DELETE FROM policy_usage WHERE namespace = ? AND queue = ? AND window_key = ? "
+        "AND window_start < ?",
+        (namespace, queue, key, before),
+    )
+
+
 def charge(conn: sqlite3.Connection, namespace: str, queue: str, key: str, window_start: int,
            n: int) -> None:  # fmt: skip
     """Charge ``n`` claims to a window, in the claim's transaction."""

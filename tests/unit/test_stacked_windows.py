@@ -247,3 +247,19 @@ async def test_a_bad_windows_list_is_refused_naming_the_field(tmp_path, autojump
         assert (info.value.code, info.value.details) == ("invalid_argument", {"field": field})
         with pytest.raises(Refused):  # nothing was written
             await call(core, "policy_get", queue="q")
+
+
+async def test_a_second_window_keeps_a_day_of_usage_rows(tmp_path, autojump_clock):
+    """A claim every second would add a row a second forever: rows over a day
+    older than the current window are forgotten as the window moves on."""
+    day = 86_400_000
+    async with running_core(tmp_path, wall_start_ms=MINUTE0, timers=False) as core:
+        await call(core, "policy_set", queue="q", windows=[per(5, "second")])
+        await fill(core, 4)
+        assert await claimed(core, 1) == 1
+        await at(core, MINUTE0 + 10 * SECOND)
+        assert await claimed(core, 1) == 1
+        await at(core, MINUTE0 + day + 5 * SECOND)
+        assert await claimed(core, 1) == 1  # the first row is over a day old now
+        rows = core.conn.execute("SELECT window_start FROM policy_usage ORDER BY 1").fetchall()
+        assert rows == [(MINUTE0 + 10 * SECOND,), (MINUTE0 + day + 5 * SECOND,)]
