@@ -90,8 +90,8 @@ def test_stacked_windows_on_the_socket_over_http_and_in_the_cli(
     status, out, err = cli("queue", "budget", "set", "api", "--window", "10/s",
                            "--window", "100000/day@America/New_York")  # fmt: skip
     assert (status, err) == (0, "")
-    assert out == ("saved the policy of queue 'api': windows 10/s UTC · "
-                   "100000/day America/New_York\n")  # fmt: skip
+    assert out == ("saved the policy of queue 'api': windows 10/s@UTC · "
+                   "100000/day@America/New_York\n")  # fmt: skip
     status, out, _err = cli("queue", "budget", "show", "lane")
     # The minute may have rolled since the claims (real time): 2 of 5, or 0 of 5.
     usage = r"usage    [02] of 5 this minute · 2 of 2 this day \(resets 00:00 UTC\) · 2 in flight"
