@@ -263,3 +263,19 @@ async def test_a_second_window_keeps_a_day_of_usage_rows(tmp_path, autojump_cloc
         assert await claimed(core, 1) == 1  # the first row is over a day old now
         rows = core.conn.execute("SELECT window_start FROM policy_usage ORDER BY 1").fetchall()
         assert rows == [(MINUTE0 + 10 * SECOND,), (MINUTE0 + day + 5 * SECOND,)]
+
+
+async def test_each_windows_usage_is_a_gauge(tmp_path, autojump_clock):
+    async with running_core(tmp_path, wall_start_ms=MINUTE0) as core:
+        await call(core, "policy_set", queue="q", windows=[per(3, "second"), per(5, "minute")])
+        await fill(core, 6)
+        assert await claimed(core) == 3
+        await at(core, MINUTE0 + SECOND)
+        sample = core.metrics.registry.get_sample_value
+
+        def gauge(name: str, period: str) -> float | None:
+            return sample(f"sluicegate_admission_window_{name}", {"queue": "q", "period": period})
+
+        # The scrape rolls the windows: the second that filled is over.
+        assert (gauge("used", "second"), gauge("used", "minute")) == (0, 3)
+        assert (gauge("max", "second"), gauge("max", "minute")) == (3, 5)
