@@ -46,7 +46,7 @@ from daemon.cli.windows import (
 
 #: ``actors.policy``'s bound (seed 002 REQ-1).
 MAX_IN_FLIGHT = 10_000
-PERIODS = ("hour", "day", "week")
+PERIODS = ("second", "minute", "hour", "day", "week", "month")
 DAY_MS = 86_400_000
 DOT = " · "
 WINDOW_OPTIONS = ("--period", "--tz", "--start", "--weekday")
@@ -92,7 +92,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                       help=f"claimed jobs at once, 0-{MAX_IN_FLIGHT} (0 pauses)")  # fmt: skip
     set_.add_argument("--max-claims-per-window", type=int_range(0, MAX_CLAIMS), metavar="N",
                       help=f"claims per window, 0-{MAX_CLAIMS} (0 pauses)")  # fmt: skip
-    set_.add_argument("--period", choices=PERIODS, help="the window: hour, day or week")
+    set_.add_argument("--period", choices=PERIODS,
+                      help="the window: second, minute, hour, day, week or month")  # fmt: skip
     set_.add_argument("--tz", type=zone_name, metavar="ZONE",
                       help="the window's IANA zone, e.g. America/Los_Angeles")  # fmt: skip
     set_.add_argument("--start", type=start_time, metavar="HH:MM",
