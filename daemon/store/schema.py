@@ -253,16 +253,17 @@ def _v9_window_usage(db: sqlite_utils.Database) -> None:
     # Stacked windows: a policy may count claims in several windows, two of which
     # can start at the same instant (a minute and a second), so usage is also
     # keyed by the window, named by its period (one window per period). A row
-    # from before is its policy's one window's.
+    # from before is its policy's one window's; one whose policy is gone (or
+    # stored text that is not JSON: a policy failing closed) keeps ''.
     db["policy_usage"].add_column("window_key", str, not_null_default="")
     db.execute(
-        "UPDATE policy_usage SET window_key = coalesce((SELECT json_extract(p.policy, "
-        "'$.window.period') FROM policies p WHERE p.namespace = policy_usage.namespace "
-        "AND p.queue = policy_usage.queue), '')"
+        "UPDATE policy_usage SET window_key = coalesce((SELECT CASE WHEN json_valid(p.policy) "
+        "THEN json_extract(p.policy, '$.window.period') END FROM policies p "
+        "WHERE p.namespace = policy_usage.namespace AND p.queue = policy_usage.queue), '')"
     )
+    # The default was only for the rows already there (PostgreSQL's form drops it too).
     db["policy_usage"].transform(
-        pk=("namespace", "queue", "window_key", "window_start"),
-        column_order=("namespace", "queue", "window_key", "window_start", "used"),
+        pk=("namespace", "queue", "window_key", "window_start"), defaults={"window_key": None}
     )
 
 

@@ -153,7 +153,8 @@ async def test_celery_2186_ten_a_second_and_100000_a_day(tmp_path, autojump_cloc
         await fill(core, 40)
         day_start = (await windows_status(core))[1]["window_start_at"]
     with closing(sqlite3.connect(tmp_path / "db.sqlite")) as conn, conn:  # 99,990 claims today
-        conn.execute("INSERT INTO policy_usage VALUES ('default', 'q', 'day', ?, 99990)",
+        conn.execute("INSERT INTO policy_usage (namespace, queue, window_key, window_start, "
+                     "used) VALUES ('default', 'q', 'day', ?, 99990)",
                      (day_start,))  # fmt: skip
     async with running_core(tmp_path, wall_start_ms=evening + SECOND) as core:
         assert await claimed(core, 40) == 10
