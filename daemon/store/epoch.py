@@ -55,15 +55,16 @@ def _columns(alias: str, cols: str) -> str:
     return ", ".join(f"{alias}.{c.strip()}" for c in cols.split(","))
 
 
-#: Each window's latest usage row of policy ``p``: one index seek per period (a
-#: window's key), whatever the history behind it.
+#: Each window's latest usage row of policy ``p``: per period (a window's key),
+#: a seek for its latest start and one for that row, whatever the history behind.
 _LATEST = (
-    "(SELECT {agg}({row}(k.period, u.window_start, u.used)) FROM ("
-    + " UNION ALL ".join(f"SELECT '{period}' AS period" for period in PERIODS)
-    + ") k JOIN policy_usage u ON u.namespace = p.namespace AND u.queue = p.queue "
-    "AND u.window_key = k.period AND u.window_start = (SELECT max(v.window_start) "
+    "(SELECT {agg}({row}(k.period, k.start, (SELECT u.used FROM policy_usage u "
+    "WHERE u.namespace = p.namespace AND u.queue = p.queue AND u.window_key = k.period "
+    "AND u.window_start = k.start))) FROM (SELECT ks.period, (SELECT max(v.window_start) "
     "FROM policy_usage v WHERE v.namespace = p.namespace AND v.queue = p.queue "
-    "AND v.window_key = k.period))"
+    "AND v.window_key = ks.period) AS start FROM ("
+    + " UNION ALL ".join(f"SELECT '{period}' AS period" for period in PERIODS)
+    + ") ks) k WHERE k.start IS NOT NULL)"
 )
 #: The four parts, each a JSON array of rows, in one statement (one round trip:
 #: a daemon that follows another's write pays one, not four). ``{agg}`` and
