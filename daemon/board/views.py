@@ -104,6 +104,8 @@ def header(
         max_in_flight=policy.get("max_in_flight"),
         resets_at=None if windows else admission["window_resets_at"],
         windows=windows,
+        # Stacked windows: the stream wakes when the first of them resets.
+        wakes_at=min((w["window_resets_at"] for w in windows), default=None) if windows else None,
         window_start_at=admission["window_start_at"],
         tz=window.get("tz"),
         period=window.get("period"),

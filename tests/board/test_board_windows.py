@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import trio
 
+from tests.board.test_board_live import events_of, until
 from tests.board.test_board_pages import board, csrf_of
-from tests.unit.harness import call
+from tests.unit.harness import call, running_core
 
 WINDOWS = [{"max_claims": 3, "period": "second", "tz": "UTC"},
            {"max_claims": 2, "period": "day", "tz": "America/Los_Angeles"}]  # fmt: skip
@@ -58,3 +59,26 @@ async def test_the_policy_editor_takes_one_window_spec_a_line(tmp_path):
             assert "repeats the period" in r.text
             again = (await call(core, "policy_get", queue="q"))["policy"]
             assert again["windows"] == policy["windows"]
+
+
+async def test_the_live_header_follows_a_window_that_resets_without_a_write(
+    tmp_path, autojump_clock
+):
+    """A minute window that is not used up resets all the same: the stream wakes
+    at the first window's reset, though the queue never was held back."""
+    windows = [{"max_claims": 5, "period": "minute", "tz": "UTC"},
+               {"max_claims": 9, "period": "day", "tz": "UTC"}]  # fmt: skip
+    with trio.fail_after(600):  # virtual time
+        async with running_core(tmp_path) as core:
+            await call(core, "policy_set", queue="q", windows=windows)
+            await call(core, "enqueue", queue="q", type="t")
+            await call(core, "claim_next", queues=["q"])
+            stream = await events_of(core, None)
+            _, data = await until(stream, "fragment")
+            assert "1 of 5 used</strong> this minute" in data["html"]
+            resets = core.policies.get("default", "q").meters[0].end
+            _, data = await until(stream, "fragment")  # no write: the reset woke it
+            assert resets <= core.clock.now_ms() < resets + 1000  # not the 15 s keep-alive
+            assert "0 of 5 used</strong> this minute" in data["html"]
+            assert "1 of 9 used</strong> this day" in data["html"]
+            await stream.aclose()
