@@ -280,3 +280,22 @@ async def test_each_windows_usage_is_a_gauge(tmp_path, autojump_clock):
         # The scrape rolls the windows: the second that filled is over.
         assert (gauge("used", "second"), gauge("used", "minute")) == (0, 3)
         assert (gauge("max", "second"), gauge("max", "minute")) == (3, 5)
+
+
+async def test_a_window_charged_ahead_of_a_backward_step_stays_charged(tmp_path, autojump_clock):
+    """The host's clock steps back an hour, then a restart: the hour window charged
+    on the old time keeps its two claims when it comes round (PolicyState.ahead,
+    per window), while the day window, current on both times, keeps counting."""
+    hour0 = MINUTE0 - MINUTE0 % HOUR + HOUR  # a whole hour, 2023-11-14 23:00 UTC
+    windows = [per(100, "day"), per(3, "hour")]  # the hour second: not the first's numbers
+    async with running_core(tmp_path, wall_start_ms=hour0 + MINUTE) as core:
+        await call(core, "policy_set", queue="q", windows=windows)
+        await fill(core, 10)
+        assert await claimed(core, 2) == 2
+    async with running_core(tmp_path, wall_start_ms=hour0 + MINUTE - HOUR) as core:
+        day, hour = core.policies.get("default", "q").meters
+        assert (hour.used, hour.ahead, day.used) == (0, {hour0: 2}, 2)
+        assert await claimed(core) == 3  # the hour before: a window of its own
+        await at(core, hour0)
+        assert await claimed(core) == 1  # the hour charged on the old time: 2 of 3 already
+        assert [w["used"] for w in await windows_status(core)] == [6, 3]
