@@ -13,8 +13,11 @@ from zoneinfo import ZoneInfo
 
 import pytest
 import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from actors.errors import Refused
+from actors.policy import parse_policy
 from daemon.core import Core
 from tests.unit.harness import WALL0, call, running_core
 
@@ -299,3 +302,30 @@ async def test_a_window_charged_ahead_of_a_backward_step_stays_charged(tmp_path,
         await at(core, hour0)
         assert await claimed(core) == 1  # the hour charged on the old time: 2 of 3 already
         assert [w["used"] for w in await windows_status(core)] == [6, 3]
+
+
+_VALUES = (
+    st.none()
+    | st.booleans()
+    | st.integers(-5, 2_000_000)
+    | st.text(max_size=8)
+    | st.sampled_from(["second", "minute", "hour", "day", "week", "month", "UTC", "00:00", "Mon"])
+)
+_DOCS = st.recursive(_VALUES, lambda inner: st.lists(inner, max_size=8) | st.dictionaries(
+    st.sampled_from(["max_claims", "period", "tz", "start", "weekday", "x"]), inner, max_size=6),
+    max_leaves=30)  # fmt: skip
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.dictionaries(st.sampled_from(["windows", "max_in_flight", "window",
+                                        "max_claims_per_window"]), _DOCS, max_size=3))  # fmt: skip
+def test_any_policy_document_decodes_or_is_refused_and_reads_back_as_given(doc):
+    """Whatever the document: ``invalid_argument``, or a policy whose wire form
+    decodes to itself (the form it was given in)."""
+    try:
+        policy = parse_policy(doc)
+    except Refused as exc:
+        assert exc.code == "invalid_argument"
+        return
+    assert parse_policy(policy.to_dict()) == policy
+    assert ("windows" in policy.to_dict()) == (doc.get("windows") is not None)
