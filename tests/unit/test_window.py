@@ -371,7 +371,7 @@ def test_a_window_round_trips_to_the_wire_shape(doc):
 
 # -- every zone against the oracle --------------------------------------------------
 
-SPAN = (utc(2025, 12, 20), utc(2028, 1, 12))  # 2026 and 2027, with a margin
+SPAN = (utc(2025, 11, 15), utc(2028, 2, 20))  # 2026 and 2027, with a month's margin
 YEARS = (dt.date(2026, 1, 1), dt.date(2028, 1, 1))
 SCAN_S = 86_400  # transitions are weeks apart (asserted); a missed pair fails the comparison
 _EPOCH_ORDINAL = dt.date(1970, 1, 1).toordinal()
@@ -456,6 +456,9 @@ def labels(
     """Every label of a window from local day ``first`` to ``last``, in order."""
     if period == "hour":
         return [label(first, start) + i * H for i in range(((last - first).days + 1) * 24)]
+    if period == "month":
+        days = (first + dt.timedelta(days=i) for i in range((last - first).days + 1))
+        return [label(day, start) for day in days if day.day == 1]
     step = 1
     if period == "week":
         step = 7
@@ -577,6 +580,21 @@ def test_week_windows_in_every_zone_for_two_years():
             check_walk(win("week", name, start, weekday), zone_oracle, window_labels)
 
 
+def test_month_windows_in_every_zone_for_two_years():
+    """Calendar months of every zone, starting at midnight and at the edges of a
+    transition (which falls on a month's first day in some zones and years)."""
+    total = 0
+    for n, (name, *_) in enumerate(zone_groups()):
+        zone_oracle = oracle(name)
+        starts = {"00:00", ODD_STARTS[n % len(ODD_STARTS)]}
+        starts |= {s for day in transition_days(zone_oracle) if day.day == 1
+                   for s in edge_starts(zone_oracle)}  # fmt: skip
+        for start in starts:
+            window_labels = labels("month", start, None, *YEARS)
+            total += check_walk(win("month", name, start), zone_oracle, window_labels)
+    assert total >= len(zone_groups()) * 2 * 24
+
+
 def test_hour_windows_around_every_transition_of_every_zone():
     for name, *_ in zone_groups():
         zone_oracle = oracle(name)
@@ -592,16 +610,16 @@ def oracle_bounds(window: Window, instant: int) -> tuple[int, int]:
     """The window containing ``instant``, from the oracle's boundaries around it."""
     zone_oracle = oracle(window.tz)
     day = dt.date.fromordinal(_EPOCH_ORDINAL + zone_oracle.wall(instant) // DAY)
-    around = labels(
-        window.period,
-        window.start,
-        window.weekday,
-        day - dt.timedelta(days=8),
-        day + dt.timedelta(days=8),
-    )
+    reach = dt.timedelta(days=reach_days(window.period))
+    around = labels(window.period, window.start, window.weekday, day - reach, day + reach)
     cuts = sorted({zone_oracle.boundary(at) for at in around})
     i = bisect.bisect_right(cuts, instant)
     return cuts[i - 1], cuts[i]
+
+
+def reach_days(period: str) -> int:
+    """Local days either side of an instant that hold the labels around it."""
+    return 40 if period == "month" else 8
 
 
 def local_ms(zi: zoneinfo.ZoneInfo, instant: int) -> int:
@@ -617,7 +635,7 @@ windows = st.builds(
         f"{0 if period == 'hour' else hh:02}:{mm:02}",
         weekday if period == "week" else None,
     ),
-    st.sampled_from(["hour", "day", "week"]),
+    st.sampled_from(["hour", "day", "week", "month"]),
     st.sampled_from(sorted(zone_names())),
     st.integers(0, 23),
     st.sampled_from([0, 0, 15, 30, 45, 59]) | st.integers(0, 59),
@@ -642,9 +660,8 @@ def test_bounds_of_any_instant_match_the_oracle_and_the_rule(window, instant, da
     for at in (start, end):
         before, after = (local_ms(zi, t) for t in (at - 1, at))
         day = dt.date.fromordinal(_EPOCH_ORDINAL + before // DAY)
-        around = labels(
-            window.period, window.start, window.weekday, day, day + dt.timedelta(days=8)
-        )
+        reach = dt.timedelta(days=reach_days(window.period))
+        around = labels(window.period, window.start, window.weekday, day, day + reach)
         assert before < min(x for x in around if x > before) <= after
     # The memo answers for any instant of the window, and only for those.
     again = data.draw(st.integers(start, end - 1))
