@@ -209,10 +209,10 @@ class PolicyState:
         if policy is None:
             return ADMITTED
         meters = self.meters
+        self.roll(now_ms)  # first: what a paused queue shows of its windows is current too
         if policy.max_in_flight == 0 or any(m.limit.max_claims == 0 for m in meters):
             return Status("deferred", "paused")
         if meters:
-            self.roll(now_ms)
             exhausted = [m for m in meters if m.used >= m.limit.max_claims]
             if exhausted:
                 # Claims wait for every exhausted window: the last to reopen holds them.
