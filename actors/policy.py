@@ -164,27 +164,6 @@ class PolicyState:
         windows = policy.claim_windows() if policy is not None else ()
         self.meters = tuple(WindowUsage(w) for w in windows)
 
-    # The first window's numbers, under the single-window form's names.
-    @property
-    def window_start(self) -> int:
-        return self.meters[0].start if self.meters else 0
-
-    @property
-    def window_end(self) -> int:
-        return self.meters[0].end if self.meters else 0
-
-    @property
-    def used(self) -> int:
-        return self.meters[0].used if self.meters else 0
-
-    @property
-    def ahead(self) -> dict[int, int]:
-        return self.meters[0].ahead if self.meters else {}
-
-    @ahead.setter
-    def ahead(self, ahead: dict[int, int]) -> None:
-        self.meters[0].ahead = ahead
-
     def tightest(self) -> WindowUsage | None:
         """The window with the least room (the latest to reopen among equals)."""
         return min(self.meters, key=lambda m: (m.room(), -m.end), default=None)

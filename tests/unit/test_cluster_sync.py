@@ -119,7 +119,7 @@ async def test_a_policy_window_charged_elsewhere_counts_here(tmp_path, autojump_
         state = core.policies.states[("default", "q")]
         another_daemon(core, "INSERT INTO policy_usage (namespace, queue, window_key, "
                              f"window_start, used) VALUES ('default', 'q', 'hour', "
-                             f"{state.window_start}, 2)")  # fmt: skip
+                             f"{state.meters[0].start}, 2)")  # fmt: skip
         assert len(await claim_jobs(core, max=3)) == 1  # 2 of 3 were used elsewhere
 
 

@@ -287,7 +287,7 @@ async def test_each_windows_usage_is_a_gauge(tmp_path, autojump_clock):
 
 async def test_a_window_charged_ahead_of_a_backward_step_stays_charged(tmp_path, autojump_clock):
     """The host's clock steps back an hour, then a restart: the hour window charged
-    on the old time keeps its two claims when it comes round (PolicyState.ahead,
+    on the old time keeps its two claims when it comes round (WindowUsage.ahead,
     per window), while the day window, current on both times, keeps counting."""
     hour0 = MINUTE0 - MINUTE0 % HOUR + HOUR  # a whole hour, 2023-11-14 23:00 UTC
     windows = [per(100, "day"), per(3, "hour")]  # the hour second: not the first's numbers
