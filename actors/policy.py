@@ -2,13 +2,15 @@
 
 A policy caps a queue (a ``(namespace, queue)``) by jobs in flight
 (``max_in_flight``) and by claims per calendar window
-(``max_claims_per_window`` over a :class:`~actors.window.Window`). Zero pauses.
+(``max_claims_per_window`` over a :class:`~actors.window.Window`, or several
+windows at once: ``windows``, :mod:`actors.claim_windows`). Zero pauses.
 A queue without a policy pays one dictionary lookup and nothing else.
 
 :class:`PolicyState` holds a policy with its live numbers: claims charged to
-the current window, and the in-flight and charge changes of transactions not
-yet committed, so two claims in one group transaction cannot both take the
-last unit. Decisions are synchronous; every change returns its inverse.
+each window's current window, and the in-flight and charge changes of
+transactions not yet committed, so two claims in one group transaction cannot
+both take the last unit. Decisions are synchronous; every change returns its
+inverse.
 """
 
 from __future__ import annotations
@@ -18,11 +20,11 @@ from typing import Any
 
 import attrs
 
+from actors.claim_windows import MAX_CLAIMS, ClaimWindow, WindowUsage, parse_windows
 from actors.errors import invalid
-from actors.window import Window, bounds, parse_window
+from actors.window import Window, parse_window
 
 MAX_IN_FLIGHT = 10_000
-MAX_CLAIMS = 1_000_000
 Undo = Callable[[], None]
 
 #: Statuses of a policy queue (metrics and ``admission_status``), admitted first.
@@ -36,9 +38,24 @@ class Policy:
     max_in_flight: int | None = None
     max_claims_per_window: int | None = None
     window: Window | None = None
+    #: Stacked windows (the ``windows`` form; then the two fields above are None).
+    windows: tuple[ClaimWindow, ...] | None = None
+
+    def claim_windows(self) -> tuple[ClaimWindow, ...]:
+        """Every claim window, the single-window form being a one-element list."""
+        if self.windows is not None:
+            return self.windows
+        if self.max_claims_per_window is not None and self.window is not None:
+            return (ClaimWindow(self.max_claims_per_window, self.window),)
+        return ()
 
     def to_dict(self) -> dict[str, Any]:
-        """The policy's fields on the wire."""
+        """The policy's fields on the wire, in the form it was given."""
+        if self.windows is not None:
+            return {
+                "max_in_flight": self.max_in_flight,
+                "windows": [w.to_dict() for w in self.windows],
+            }
         return {
             "max_in_flight": self.max_in_flight,
             "max_claims_per_window": self.max_claims_per_window,
@@ -59,9 +76,11 @@ def parse_policy(doc: Any) -> Policy:
     if not isinstance(doc, dict):
         raise invalid("policy", "a policy is an object")
     for name in doc:
-        if name not in ("max_in_flight", "max_claims_per_window", "window"):
+        if name not in ("max_in_flight", "max_claims_per_window", "window", "windows"):
             raise invalid(name, f"unknown policy field {name!r}")
     in_flight = _limit("max_in_flight", doc.get("max_in_flight"), MAX_IN_FLIGHT)
+    if doc.get("windows") is not None:
+        return _stacked(doc, in_flight)
     claims = _limit("max_claims_per_window", doc.get("max_claims_per_window"), MAX_CLAIMS)
     window = None if doc.get("window") is None else parse_window(doc["window"])
     if in_flight is None and claims is None:
@@ -73,6 +92,13 @@ def parse_policy(doc: Any) -> Policy:
     return Policy(in_flight, claims, window)
 
 
+def _stacked(doc: dict[str, Any], in_flight: int | None) -> Policy:
+    """A policy in the ``windows`` form; the single-window fields may not be given too."""
+    if doc.get("max_claims_per_window") is not None or doc.get("window") is not None:
+        raise invalid("windows", "give windows, or max_claims_per_window and window, not both")
+    return Policy(in_flight, windows=parse_windows(doc["windows"]))
+
+
 @attrs.frozen
 class Status:
     """Whether a policy queue admits a claim now, and if not why and until when."""
@@ -81,6 +107,8 @@ class Status:
     reason: str | None = None
     next_eligible_at: int | None = None
     exact: bool = False
+    #: ``window_exhausted`` of a ``windows`` policy: the holding window ``{period, tz}``.
+    window: dict[str, str] | None = None
 
     @property
     def label(self) -> str:
@@ -88,8 +116,11 @@ class Status:
         return self.reason or "admitted"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"state": self.state, "reason": self.reason,
-                "next_eligible_at": self.next_eligible_at, "exact": self.exact}  # fmt: skip
+        out = {"state": self.state, "reason": self.reason,
+               "next_eligible_at": self.next_eligible_at, "exact": self.exact}  # fmt: skip
+        if self.window is not None:
+            out["window"] = self.window
+        return out
 
 
 ADMITTED = Status("admitted", exact=True)
@@ -101,17 +132,11 @@ class PolicyState:
     def __init__(self, namespace: str, queue: str) -> None:
         self.namespace = namespace
         self.queue = queue
-        self.policy: Policy | None = None
+        self._policy: Policy | None = None
+        #: Each claim window's usage, in the policy's order (none without windows).
+        self.meters: tuple[WindowUsage, ...] = ()
         #: Why the stored policy cannot be read or evaluated (fail closed).
         self.broken: str | None = None
-        self.window_start = 0
-        self.window_end = 0
-        #: Claims charged to the window ``[window_start, window_end)``.
-        self.used = 0
-        #: Claims the store holds for windows after the current one, by start. Only
-        #: a step of the host's clock back (then a restart) leaves any: a window
-        #: charged on the old time comes round again and must not admit twice.
-        self.ahead: dict[int, int] = {}
         #: Claims (+) and leavers (-) of transactions not yet committed.
         self.in_flight_delta = 0
         #: The last status told to subscribers (a reopening rings once).
@@ -128,21 +153,26 @@ class PolicyState:
     def key(self) -> tuple[str, str]:
         return (self.namespace, self.queue)
 
-    def roll(self, now_ms: int, stored_usage: Callable[[int], int] | None = None) -> None:
-        """Move to the window containing ``now_ms``. A new one starts at what the
-        store says was charged to it (``stored_usage``: another daemon's claims),
-        else at what :attr:`ahead` holds for it, else at zero."""
-        window = self.policy.window if self.policy is not None else None
-        if window is None or self.window_start <= now_ms < self.window_end:
-            return
-        start, self.window_end = bounds(window, now_ms)
-        self.window_start = start
-        if stored_usage is not None:
-            self.used = stored_usage(start)
-        else:
-            self.used = self.ahead.get(start, 0)
-        if self.ahead:
-            self.ahead = {s: used for s, used in self.ahead.items() if s > start}
+    @property
+    def policy(self) -> Policy | None:
+        return self._policy
+
+    @policy.setter
+    def policy(self, policy: Policy | None) -> None:
+        """Set the policy; its windows start empty (:meth:`roll` fills them)."""
+        self._policy = policy
+        windows = policy.claim_windows() if policy is not None else ()
+        self.meters = tuple(WindowUsage(w) for w in windows)
+
+    def tightest(self) -> WindowUsage | None:
+        """The window with the least room (the latest to reopen among equals)."""
+        return min(self.meters, key=lambda m: (m.room(), -m.end), default=None)
+
+    def roll(self, now_ms: int, stored_usage: Callable[[str, int], int] | None = None) -> None:
+        """Move every window to the one containing ``now_ms`` (see
+        :meth:`WindowUsage.roll`; ``stored_usage(key, start)``)."""
+        for meter in self.meters:
+            meter.roll(now_ms, stored_usage)
 
     def status(
         self, running: int, now_ms: int, lease_hint: Callable[[], int | None] | None = None
@@ -157,12 +187,17 @@ class PolicyState:
         policy = self.policy
         if policy is None:
             return ADMITTED
-        if policy.max_in_flight == 0 or policy.max_claims_per_window == 0:
+        meters = self.meters
+        self.roll(now_ms)  # first: what a paused queue shows of its windows is current too
+        if policy.max_in_flight == 0 or any(m.limit.max_claims == 0 for m in meters):
             return Status("deferred", "paused")
-        if policy.max_claims_per_window is not None:
-            self.roll(now_ms)
-            if self.used >= policy.max_claims_per_window:
-                return Status("deferred", "window_exhausted", self.window_end, True)
+        if meters:
+            exhausted = [m for m in meters if m.used >= m.limit.max_claims]
+            if exhausted:
+                # Claims wait for every exhausted window: the last to reopen holds them.
+                holding = max(exhausted, key=lambda m: m.end)
+                named = holding.limit.name() if policy.windows is not None else None
+                return Status("deferred", "window_exhausted", holding.end, True, named)
         in_flight = running + self.in_flight_delta
         if policy.max_in_flight is not None and in_flight >= policy.max_in_flight:
             hint = lease_hint() if lease_hint is not None else None
@@ -177,24 +212,25 @@ class PolicyState:
         if policy is None:
             return None
         room: int | None = None
-        if policy.max_claims_per_window is not None:
+        if self.meters:
             self.roll(now_ms)
-            room = max(0, policy.max_claims_per_window - self.used)
+            room = min(m.room() for m in self.meters)
         if policy.max_in_flight is not None:
             left = max(0, policy.max_in_flight - running - self.in_flight_delta)
             room = left if room is None else min(room, left)
         return room
 
     def charge(self, n: int) -> Undo:
-        """``n`` claims of this transaction: charged to the window, in flight."""
-        charged = n if self.policy is not None and self.policy.max_claims_per_window else 0
-        self.used += charged
+        """``n`` claims of this transaction: charged to every window, in flight."""
+        charged = [(m, m.start) for m in self.meters]
+        for meter, _start in charged:
+            meter.used += n
         self.in_flight_delta += n
-        start = self.window_start
 
         def undo() -> None:
-            if self.window_start == start:
-                self.used -= charged
+            for meter, start in charged:
+                if meter.start == start:
+                    meter.used -= n
             self.in_flight_delta -= n
 
         return undo
@@ -214,17 +250,19 @@ class PolicyState:
 
     def headroom(self, running: int) -> dict[str, Any]:
         """``admission`` on a successful claim (seed 002 REQ-7); ``used`` and
-        ``in_flight`` count this claim."""
+        ``in_flight`` count this claim. With ``windows``, the window fields are
+        the tightest window's (the least room) and ``windows`` lists each."""
         policy = self.policy
         assert policy is not None
-        windowed = policy.max_claims_per_window is not None
-        return {
+        out: dict[str, Any] = {
             "max_in_flight": policy.max_in_flight,
             "in_flight": running + self.in_flight_delta,
-            "max_claims_per_window": policy.max_claims_per_window,
-            "used": self.used if windowed else None,
-            "remaining": max(0, (policy.max_claims_per_window or 0) - self.used)
-            if windowed
-            else None,
-            "window_resets_at": self.window_end if windowed else None,
         }
+        tight = self.tightest()
+        out["max_claims_per_window"] = tight.limit.max_claims if tight is not None else None
+        out["used"] = tight.used if tight is not None else None
+        out["remaining"] = tight.room() if tight is not None else None
+        out["window_resets_at"] = tight.end if tight is not None else None
+        if policy.windows is not None:
+            out["windows"] = [m.to_dict() for m in self.meters]
+        return out

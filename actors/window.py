@@ -1,10 +1,21 @@
 """Calendar windows of queue admission policies (seed 002 REQ-1, REQ-5), free of I/O.
 
-A window ``{period: hour|day|week, tz, start: "HH:MM", weekday?}`` cuts time
-into consecutive intervals ``[start, end)`` of integer milliseconds since the
-epoch. Its boundaries fall at ``start`` local wall-clock time in ``tz``: every
-hour at minute MM (``start`` is ``"00:MM"``), every day at HH:MM, every week on
-``weekday`` at HH:MM.
+A window ``{period: second|minute|hour|day|week|month, tz, start: "HH:MM",
+weekday?}`` cuts time into consecutive intervals ``[start, end)`` of integer
+milliseconds since the epoch. Its boundaries fall at ``start`` local
+wall-clock time in ``tz``: every hour at minute MM (``start`` is ``"00:MM"``),
+every day at HH:MM, every week on ``weekday`` at HH:MM, every month on its
+first day at HH:MM (calendar months of the zone: 28 to 31 local days, give or
+take a DST shift).
+
+``second`` and ``minute`` windows are the ticks of the clock itself: every
+whole second (minute) since the epoch, ``start`` being ``"00:00"``. Every
+zone's offset has been a whole number of minutes since 1972, so these ticks
+are the zone's own wall-clock seconds and minutes, and the rule below would
+draw the same boundaries except in a fall-back, where it would make one
+window of an hour and a minute (the repeated wall minutes were all reached
+before): a rate per minute stays a rate per elapsed minute instead. ``tz``
+names the zone for display and is validated like any other.
 
 The rule, exactly: a boundary labelled with the local wall time L (say
 2026-11-01 00:00) is **the first instant at which the local wall clock reads L
@@ -26,6 +37,11 @@ boundaries, so they tile time with no gap and no overlap, and:
   on the spring day is 03:00 PDT). The spring-forward day is 23 hours long.
   Two labels that resolve to the same instant (hourly 02:00 and 03:00 there)
   are one boundary: no empty window is ever returned.
+- a month's label is its first day at ``start``, so a month window follows
+  the rule above exactly as a day window does: the month whose first day is a
+  fall-back day starts at the first occurrence of ``start`` (2026-11-01 01:30
+  in America/Los_Angeles is 01:30 PDT; 01:45 PST belongs to November), and a
+  ``start`` in a gap resolves to the transition.
 
 Zones are loaded from the pinned ``tzdata`` package by path, never through
 ``zoneinfo``'s search path, so neither the host's ``/usr/share/zoneinfo`` nor
@@ -60,18 +76,27 @@ from pendulum.tz.timezone import Timezone
 
 from actors.errors import invalid
 
-Period = Literal["hour", "day", "week"]
+Period = Literal["second", "minute", "hour", "day", "week", "month"]
 
 HOUR_MS = 3_600_000
 DAY_MS = 24 * HOUR_MS
 WEEK_MS = 7 * DAY_MS
-PERIOD_MS: dict[str, int] = {"hour": HOUR_MS, "day": DAY_MS, "week": WEEK_MS}
+#: Nominal lengths; a month's is the longest a month has (31 days).
+PERIOD_MS: dict[str, int] = {
+    "second": 1000, "minute": 60_000, "hour": HOUR_MS, "day": DAY_MS, "week": WEEK_MS,
+    "month": 31 * DAY_MS,
+}  # fmt: skip
+#: Periods in order of length (the order ``windows`` are reported in).
+PERIODS = tuple(PERIOD_MS)
+#: Periods that are ticks of the clock, the same in every zone (module docstring).
+_TICKS: dict[str, int] = {"second": 1000, "minute": 60_000}
 WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 _KEYS = ("period", "tz", "start", "weekday")
 _START = re.compile(r"([01][0-9]|2[0-3]):([0-5][0-9])")
 #: 1970-01-01, local day 0 of the wall-clock millisecond scale, was a Thursday.
 _EPOCH_WEEKDAY = 3
 _EPOCH = dt.datetime(1970, 1, 1)
+_EPOCH_ORDINAL = dt.date(1970, 1, 1).toordinal()
 
 
 @functools.cache
@@ -129,7 +154,10 @@ class Window:
 def _check(w: Window) -> tuple[int, Timezone]:
     """Validate a window: its label phase (local wall ms) and its zone."""
     if not isinstance(w.period, str) or w.period not in PERIOD_MS:
-        raise invalid("window.period", f"window.period must be hour, day or week, got {w.period!r}")
+        raise invalid(
+            "window.period",
+            f"window.period must be second, minute, hour, day, week or month, got {w.period!r}",
+        )
     try:
         tz = zone(w.tz) if isinstance(w.tz, str) else None
     except KeyError:
@@ -145,6 +173,11 @@ def _check(w: Window) -> tuple[int, Timezone]:
             f"an hourly window.start is 00:MM, MM being the minute each window starts, "
             f"got {w.start!r}",
         )
+    if w.period in _TICKS and w.start != "00:00":
+        raise invalid(
+            "window.start", f"a {w.period} window.start is 00:00 (it ticks with the clock), "
+            f"got {w.start!r}",
+        )  # fmt: skip
     phase = int(match[1]) * HOUR_MS + int(match[2]) * 60_000
     if w.period == "week":
         if not isinstance(w.weekday, str) or w.weekday not in WEEKDAYS:
@@ -217,6 +250,25 @@ def _resolve(tz: Timezone, label: int) -> int:
     return hi_s * 1000
 
 
+def _label(window: Window, k: int) -> int:
+    """Label ``k`` of a window in local wall ms: ``k * period + phase``, or for a
+    month the first day of month ``k`` (months since 1970-01) plus the phase."""
+    if window.period != "month":
+        return k * window.period_ms + window._phase
+    year, month = divmod(k, 12)
+    first = dt.date(1970 + year, month + 1, 1).toordinal() - _EPOCH_ORDINAL
+    return first * DAY_MS + window._phase
+
+
+def _index(window: Window, wall_ms: int) -> int:
+    """The latest label ``k`` whose wall time is ``wall_ms`` or before."""
+    if window.period != "month":
+        return (wall_ms - window._phase) // window.period_ms
+    day = _EPOCH + dt.timedelta(0, 0, 0, wall_ms)
+    k = (day.year - 1970) * 12 + day.month - 1
+    return k if _label(window, k) <= wall_ms else k - 1
+
+
 def bounds(window: Window, instant_ms: int) -> tuple[int, int]:
     """``(start, end)`` in ms of the window containing ``instant_ms``: start <= instant < end.
 
@@ -225,14 +277,19 @@ def bounds(window: Window, instant_ms: int) -> tuple[int, int]:
     start, end, k_end = window._memo[0]
     if start <= instant_ms < end:
         return start, end
-    tz, period, phase = window._zone, window.period_ms, window._phase
-    k = (instant_ms + _offset_ms(tz, instant_ms) - phase) // period
+    tick = _TICKS.get(window.period)
+    if tick is not None:
+        start = instant_ms - instant_ms % tick
+        window._memo[0] = (start, start + tick, None)
+        return start, start + tick
+    tz = window._zone
+    k = _index(window, instant_ms + _offset_ms(tz, instant_ms))
     # The wall clock has reached label k, so its boundary is <= instant.
-    start = end if k == k_end else _resolve(tz, k * period + phase)
-    end = _resolve(tz, (k + 1) * period + phase)
+    start = end if k == k_end else _resolve(tz, _label(window, k))
+    end = _resolve(tz, _label(window, k + 1))
     while end <= instant_ms:  # the clock fell back: a later label was already reached
         k += 1
-        start, end = end, _resolve(tz, (k + 1) * period + phase)
+        start, end = end, _resolve(tz, _label(window, k + 1))
     window._memo[0] = (start, end, k + 1)
     return start, end
 

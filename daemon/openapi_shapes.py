@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from actors.claim_windows import MAX_CLAIMS, MAX_WINDOWS
 from actors.errors import STATUS
 from actors.lifecycle import STATES
 from actors.limits import MAX_BINDINGS, MAX_PAUSE_MS, MAX_TOKENS, NAME_RE, PRIORITY
+from actors.window import PERIODS
 
 Schema = dict[str, Any]
 
@@ -67,13 +69,27 @@ WINDOW: Schema = {
     "type": "object",
     "required": ["period", "tz", "start"],
     "properties": {
-        "period": {"type": "string", "enum": ["hour", "day", "week"]},
+        "period": {"type": "string", "enum": list(PERIODS)},
         "tz": {"type": "string", "description": "An IANA zone, e.g. America/Los_Angeles."},
         "start": {"type": "string", "pattern": "^[0-9]{2}:[0-9]{2}$"},
         "weekday": {"type": "string", "enum": ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]},
     },
     "additionalProperties": False,
 }
+#: One of a policy's stacked ``windows`` (docs/fairness.md, "Stacked windows").
+CLAIM_WINDOW: Schema = {
+    "type": "object",
+    "required": ["max_claims", "period", "tz"],
+    "properties": {
+        "max_claims": {"type": "integer", "minimum": 0, "maximum": MAX_CLAIMS},
+        **WINDOW["properties"],
+    },
+    "additionalProperties": False,
+}
+#: ``windows``: one window per period.
+CLAIM_WINDOWS: Schema = {
+    "type": "array", "items": CLAIM_WINDOW, "minItems": 1, "maxItems": MAX_WINDOWS,
+}  # fmt: skip
 QUOTA: Schema = {
     "type": "object",
     "description": "The namespace quota document (docs/quotas.md, docs/door.md).",
@@ -112,6 +128,7 @@ FIELD_SCHEMAS: dict[str, Schema] = {
     "PolicySetArgs.max_in_flight": {"type": ["integer", "null"], "minimum": 0},
     "PolicySetArgs.max_claims_per_window": {"type": ["integer", "null"], "minimum": 0},
     "PolicySetArgs.window": {"anyOf": [WINDOW, {"type": "null"}]},
+    "PolicySetArgs.windows": {"anyOf": [CLAIM_WINDOWS, {"type": "null"}]},
     "QuotaSetArgs.quota": QUOTA,
     "ClaimNextArgs.queues": {"type": "array", "items": NAME, "minItems": 1, "maxItems": 100},
     "SubscribeArgs.queues": {"type": "array", "items": NAME, "minItems": 1, "maxItems": 100},
@@ -234,6 +251,7 @@ COMPONENTS: dict[str, Schema] = {
             "max_in_flight": _NULLABLEINT,
             "max_claims_per_window": _NULLABLEINT,
             "window": {"type": ["object", "null"]},
+            "windows": CLAIM_WINDOWS,
             "source": {"type": "string"},
         },
     },

@@ -216,6 +216,8 @@ def deferred_refusal(job_id: str, queue: str, held: dict[str, Any]) -> Refused:
         details["budget"] = held["budget"]
     if "pause_reason" in held:
         details["pause_reason"] = held["pause_reason"]
+    if held.get("window"):
+        details["window"] = held["window"]
     return Refused(
         "deferred",
         f"job {job_id!r} is deferred: {held['reason']}"

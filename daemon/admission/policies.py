@@ -4,8 +4,9 @@ charge, the reopen timer, and what is said about held-back work.
 Each queue with a policy has a :class:`~actors.policy.PolicyState`. A claim
 asks :meth:`Policies.rooms` how many jobs each of its queues admits, claims at
 most that many, and charges them (:meth:`Policies.claimed`) in the same
-transaction: memory at once (undone on rollback), the window's usage row in
-the store. A queue without a policy costs one dictionary lookup.
+transaction: memory at once (undone on rollback), each window's usage row in
+the store (keyed by the window's period: a policy may stack several windows).
+A queue without a policy costs one dictionary lookup.
 
 A deferred queue rings no doorbell. When it is admitted again (a window
 boundary, a freed slot, a raised or removed policy) it rings once, with edge,
@@ -59,28 +60,27 @@ class Policies:
 
     # -- loading and writing ------------------------------------------------------
 
-    def load(self, stored: list[tuple[tuple[Any, ...], int | None, int]] | None = None) -> None:
+    def load(self, stored: list[tuple[tuple[Any, ...], dict[str, tuple[int, int]]]] | None = None,
+             ) -> None:  # fmt: skip
         """Read every stored policy (start-up); a bad one fails its queue closed.
 
-        ``stored``: the rows already read, each with its latest window's start
-        and usage (daemon.admission.cluster reads them in one statement).
+        ``stored``: the rows already read, each with its windows' latest usage
+        rows, key -> (start, used) (daemon.admission.cluster reads them in one
+        statement).
         """
         policies, now = self._store.policies, self._clock.now_ms()
         self.states = {}
-        ask = stored is None  # else each row comes with its latest window's usage
-        rows = [(row, None, 0) for row in policies.all_policies()] if ask else stored
-        for row, latest_start, latest_used in rows:
+        ask = stored is None  # else each row comes with its windows' latest usage
+        rows = [(row, {}) for row in policies.all_policies()] if ask else stored
+        for row, latest in rows:
             namespace, queue, text, created, updated, created_by, updated_by, source = row
 
-            def usage(
-                start: int,
-                ns: str = namespace,
-                q: str = queue,
-                latest: tuple[int | None, int] = (latest_start, latest_used),
-            ) -> int:
+            def usage(key: str, start: int, ns: str = namespace, q: str = queue,
+                      latest: dict[str, tuple[int, int]] = latest) -> int:  # fmt: skip
                 if ask:
-                    return policies.usage(ns, q, start)
-                return latest[1] if latest[0] == start else 0
+                    return policies.usage(ns, q, key, start)
+                last = latest.get(key)
+                return last[1] if last is not None and last[0] == start else 0
 
             state = PolicyState(namespace, queue)
             state.created_at, state.updated_at = created, updated
@@ -88,12 +88,13 @@ class Policies:
             try:
                 state.policy = parse_policy(orjson.loads(text))
                 state.roll(now, usage)
-                state.ahead = (
-                    policies.usage_after(namespace, queue, state.window_start) if ask
-                    else {latest_start: latest_used}
-                    if latest_start is not None and latest_start > state.window_start
-                    else {}
-                )  # fmt: skip
+                for meter in state.meters:
+                    last = latest.get(meter.key)
+                    meter.ahead = (
+                        policies.usage_after(namespace, queue, meter.key, meter.start) if ask
+                        else {last[0]: last[1]} if last is not None and last[0] > meter.start
+                        else {}
+                    )  # fmt: skip
             except (Refused, ValueError) as exc:
                 state.broken = exc.message if isinstance(exc, Refused) else str(exc)
                 log.error("policy of queue %r/%r cannot be evaluated, failing closed: %s",
@@ -108,8 +109,9 @@ class Policies:
             source: str = "api") -> PolicyState:  # fmt: skip
         """Create or replace a queue's policy in ``tx``, audited; in force at once.
 
-        A changed window starts counting in the window the new definition puts
-        now in (its stored usage, usually none).
+        A window kept (the same period, zone, start and weekday, whatever its
+        cap or the form) keeps counting; a changed one starts in the window the
+        new definition puts now in (its stored usage, usually none).
         """
         key = (namespace, queue)
         old = self.states.get(key)
@@ -119,14 +121,14 @@ class Policies:
         state.created_at = old.created_at if old is not None else tx.now_ms
         state.created_by = old.created_by if old is not None else actor
         state.updated_at, state.updated_by, state.source = tx.now_ms, actor, source
-        if old is not None and old.policy is not None and old.policy.window == policy.window:
-            state.window_start, state.window_end, state.used = (
-                old.window_start, old.window_end, old.used)  # fmt: skip
-            state.ahead = old.ahead
+        kept = {m.limit.window: m for m in old.meters} if old is not None else {}
+        for meter in state.meters:
+            if meter.limit.window in kept:
+                meter.carry(kept[meter.limit.window])
         state.in_flight_delta = old.in_flight_delta if old is not None else 0
         state.last_label = old.last_label if old is not None else "admitted"
         store = tx.store
-        state.roll(tx.now_ms, lambda start: store.policies.usage(namespace, queue, start))
+        state.roll(tx.now_ms, lambda key, start: store.policies.usage(namespace, queue, key, start))
         store.policies.save((namespace, queue, orjson.dumps(policy.to_dict()).decode(),
                              state.created_at, state.updated_at, state.created_by,
                              state.updated_by, source))  # fmt: skip
@@ -206,8 +208,11 @@ class Policies:
             state = self.states[key]
             state.roll(tx.now_ms)
             tx.undo(state.charge(n))
-            if state.policy is not None and state.policy.max_claims_per_window is not None:
-                tx.store.policies.charge(key[0], key[1], state.window_start, n)
+            for meter in state.meters:
+                tx.store.policies.charge(key[0], key[1], meter.key, meter.start, n)
+                before = meter.prune_before()
+                if before is not None:
+                    tx.store.policies.prune(key[0], key[1], meter.key, before)
             headroom[key[1]] = state.headroom(self.running(key))
             tx.after(lambda s=state, n=n: self._settled(s, n))
         return headroom

@@ -12,6 +12,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from actors.errors import Refused, invalid
+from actors.window_spec import parse_spec, to_spec
 
 #: A form post is small; anything larger is not from the board.
 MAX_FORM = 64 * 1024
@@ -57,6 +58,12 @@ def policy_args(form: dict[str, str]) -> dict[str, Any]:
         if window["period"] == "week":
             window["weekday"] = form.get("weekday") or "Mon"
         args["window"] = window
+    specs = [line for line in form.get("windows", "").splitlines() if line.strip()]
+    if specs:  # stacked windows, one spec a line (the daemon refuses both forms at once)
+        try:
+            args["windows"] = [parse_spec(line) for line in specs]
+        except ValueError as exc:
+            raise invalid("windows", str(exc)) from None
     return args
 
 
@@ -75,6 +82,7 @@ def policy_form(policy: dict[str, Any] | None) -> dict[str, str]:
         "tz": window.get("tz", "UTC"),
         "start": window.get("start", "00:00"),
         "weekday": window.get("weekday") or "Mon",
+        "windows": "\n".join(to_spec(w) for w in policy.get("windows") or []),
     }
 
 
@@ -127,4 +135,6 @@ def field_of(refused: Refused) -> str | None:
     field = refused.details.get("field")
     if not isinstance(field, str):
         return None
+    if field.startswith("windows"):  # windows[2].tz: the one text area
+        return "windows"
     return FORM_FIELDS.get(field, field)

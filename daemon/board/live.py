@@ -113,7 +113,7 @@ async def stream(
         deadline = trio.current_time() + KEEPALIVE_S
         now_ms = core.clock.now_ms()
         for h in headers:
-            for at in (h.get("resets_at"), h.get("next_eligible_at")):
+            for at in (h.get("resets_at"), h.get("next_eligible_at"), h.get("wakes_at")):
                 if at is not None and at > now_ms:
                     deadline = min(deadline, core.clock.deadline_for(at) + 0.05)
         if not core.draining:

@@ -91,7 +91,9 @@ def header(
     if admission is None:
         return h
     policy = admission["policy"] or {}
-    window = policy.get("window") or {}
+    # Stacked windows: each shows its own usage; the first's zone is the queue's.
+    windows = admission.get("windows")
+    window = policy.get("window") or (policy.get("windows") or [{}])[0]
     state = admission["status"]
     label = state.get("reason") or "admitted"
     h.update(
@@ -100,7 +102,10 @@ def header(
         max_claims=policy.get("max_claims_per_window"),
         in_flight=admission["in_flight"],
         max_in_flight=policy.get("max_in_flight"),
-        resets_at=admission["window_resets_at"],
+        resets_at=None if windows else admission["window_resets_at"],
+        windows=windows,
+        # Stacked windows: the stream wakes when the first of them resets.
+        wakes_at=min((w["window_resets_at"] for w in windows), default=None) if windows else None,
         window_start_at=admission["window_start_at"],
         tz=window.get("tz"),
         period=window.get("period"),

@@ -14,7 +14,9 @@ why and until when (``window exhausted until ...``). ``set`` is
 The CLI refuses itself (exit 2, naming the option) what it can see is wrong:
 no limit given, a count out of range, a zone the embedded database does not
 know, a malformed ``--start``, ``--weekday`` without ``--period week`` (or
-missing with it), window options without ``--max-claims-per-window``. The
+missing with it), window options without ``--max-claims-per-window``, a
+malformed ``--window`` (``N/PERIOD[@ZONE]``, :mod:`daemon.cli.windows`) or one
+given with the single-window options. The
 daemon's refusals (``forbidden`` without the grant, ``not_found`` for a queue
 the token may not manage, ``conflict`` for a policy the config file
 provisions, ``rate_limited``) exit 1 with its code and message.
@@ -23,8 +25,6 @@ provisions, ``rate_limited``) exit 1 with its code and message.
 from __future__ import annotations
 
 import argparse
-import difflib
-import re
 import time
 from datetime import datetime, tzinfo
 from typing import Any
@@ -34,13 +34,19 @@ from daemon.cli.context import Context, UsageError
 from daemon.cli.jobs import int_range
 from daemon.cli.output import emit_json
 from daemon.cli.quota import namespace_name
+from daemon.cli.windows import (
+    MAX_CLAIMS,
+    WEEKDAYS,
+    describe_windows,
+    start_time,
+    usage_parts,
+    window_spec,
+    zone_name,
+)
 
-#: ``actors.policy``'s bounds (seed 002 REQ-1).
+#: ``actors.policy``'s bound (seed 002 REQ-1).
 MAX_IN_FLIGHT = 10_000
-MAX_CLAIMS = 1_000_000
-PERIODS = ("hour", "day", "week")
-WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
-START_RE = re.compile(r"^([01][0-9]|2[0-3]):([0-5][0-9])$")
+PERIODS = ("second", "minute", "hour", "day", "week", "month")
 DAY_MS = 86_400_000
 DOT = " · "
 WINDOW_OPTIONS = ("--period", "--tz", "--start", "--weekday")
@@ -50,25 +56,6 @@ def queue_name(text: str) -> str:
     """An argparse type: a queue (1-128 of ``[A-Za-z0-9._:-]``)."""
     if not NAME_RE.match(text):
         raise argparse.ArgumentTypeError(f"bad queue {text!r}: 1-128 of [A-Za-z0-9._:-]")
-    return text
-
-
-def zone_name(text: str) -> str:
-    """An argparse type: an IANA zone the daemon's embedded database knows."""
-    from actors.window import zone_names  # the daemon's own list (pinned tzdata)
-
-    names = zone_names()
-    if text not in names:
-        hint = difflib.get_close_matches(text, sorted(names), n=1)
-        maybe = f" (did you mean {hint[0]!r}?)" if hint else ""
-        raise argparse.ArgumentTypeError(f"unknown zone {text!r}{maybe}")
-    return text
-
-
-def start_time(text: str) -> str:
-    """An argparse type: ``HH:MM``, 24-hour."""
-    if not START_RE.match(text):
-        raise argparse.ArgumentTypeError(f"must be HH:MM, 24-hour, got {text!r}")
     return text
 
 
@@ -105,12 +92,18 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                       help=f"claimed jobs at once, 0-{MAX_IN_FLIGHT} (0 pauses)")  # fmt: skip
     set_.add_argument("--max-claims-per-window", type=int_range(0, MAX_CLAIMS), metavar="N",
                       help=f"claims per window, 0-{MAX_CLAIMS} (0 pauses)")  # fmt: skip
-    set_.add_argument("--period", choices=PERIODS, help="the window: hour, day or week")
+    set_.add_argument("--period", choices=PERIODS,
+                      help="the window: second, minute, hour, day, week or month")  # fmt: skip
     set_.add_argument("--tz", type=zone_name, metavar="ZONE",
                       help="the window's IANA zone, e.g. America/Los_Angeles")  # fmt: skip
     set_.add_argument("--start", type=start_time, metavar="HH:MM",
                       help="when each window starts (default 00:00; hourly: 00:MM)")  # fmt: skip
     set_.add_argument("--weekday", choices=WEEKDAYS, help="the day a weekly window starts")
+    set_.add_argument("--window", type=window_spec, action="append", metavar="N/PERIOD[@ZONE]",
+                      help="a stacked window, repeatable, one per period: 10/s, "
+                      "100000/day@America/New_York, 500/hour@UTC,start=00:30, "
+                      "1000/week@Europe/Berlin,weekday=Fri; periods s m h d w mo "
+                      "(instead of --max-claims-per-window and its window)")  # fmt: skip
     _namespace_option(set_)
     set_.set_defaults(run=run_set)
     clear = verbs.add_parser("clear", parents=[common], help="remove the policy: no limits")
@@ -132,15 +125,24 @@ def _scope(args: argparse.Namespace) -> dict[str, Any]:
 
 def policy_of(args: argparse.Namespace) -> dict[str, Any]:
     """The fields ``set`` sends; :class:`UsageError` (exit 2) naming the option."""
-    if args.max_in_flight is None and args.max_claims_per_window is None:
+    windows = getattr(args, "window", None)
+    if args.max_in_flight is None and args.max_claims_per_window is None and not windows:
         raise UsageError(
-            "queue budget set: give --max-in-flight or --max-claims-per-window, or both "
+            "queue budget set: give --max-in-flight, --max-claims-per-window or --window "
             "(set replaces the whole policy; to remove it: sluice queue budget clear)"
         )
     fields: dict[str, Any] = {}
     if args.max_in_flight is not None:
         fields["max_in_flight"] = args.max_in_flight
     given = [o for o in WINDOW_OPTIONS if getattr(args, o[2:]) is not None]
+    if windows:
+        single = given + (["--max-claims-per-window"] if args.max_claims_per_window is not None
+                          else [])  # fmt: skip
+        if single:
+            raise UsageError(f"queue budget set: {single[0]} is for the single window; "
+                             "with --window, each window carries its own")  # fmt: skip
+        fields["windows"] = windows
+        return fields
     if args.max_claims_per_window is None:
         if given:
             raise UsageError(f"queue budget set: {given[0]} applies to --max-claims-per-window "
@@ -215,6 +217,8 @@ def describe(policy: dict[str, Any] | None) -> str:
     if policy.get("max_claims_per_window") is not None:
         parts.append(f"max_claims_per_window {policy['max_claims_per_window']} "
                      f"{describe_window(policy.get('window'))}")  # fmt: skip
+    if policy.get("windows"):
+        parts.append(f"windows {describe_windows(policy['windows'])}")
     return DOT.join(parts) or "no limits"
 
 
@@ -258,7 +262,9 @@ def usage_line(entry: dict[str, Any], now_ms: int) -> str:
     tz = (policy.get("window") or {}).get("tz")
     parts = []
     claims = policy.get("max_claims_per_window")
-    if claims is not None:
+    if entry.get("windows"):
+        parts += usage_parts(entry["windows"], lambda at, zone: when(at, zone, now_ms))
+    elif claims is not None:
         parts.append(f"{entry.get('used') or 0} of {claims} used")
     elif entry.get("policy") is not None:
         parts.append("no window limit")
@@ -268,7 +274,7 @@ def usage_line(entry: dict[str, Any], now_ms: int) -> str:
         parts.append(f"{in_flight} of {cap} in flight")
     else:
         parts.append(f"{in_flight} in flight" + (" (no limit)" if policy else ""))
-    if entry.get("window_resets_at") is not None:
+    if entry.get("window_resets_at") is not None and not entry.get("windows"):
         parts.append(f"resets {when(entry['window_resets_at'], tz, now_ms)}")
     return DOT.join(parts)
 
@@ -279,9 +285,11 @@ def status_line(entry: dict[str, Any], now_ms: int) -> str:
     if status.get("state") != "deferred":
         return "admitted"
     reason, at = status.get("reason"), status.get("next_eligible_at")
-    tz = ((entry.get("policy") or {}).get("window") or {}).get("tz")
+    holding = status.get("window")  # stacked windows: the one that holds claims back
+    tz = (holding or (entry.get("policy") or {}).get("window") or {}).get("tz")
     if reason == "window_exhausted":
-        text = "window exhausted" + (f" until {when(at, tz, now_ms)}" if at is not None else "")
+        text = f"{holding['period']} " if holding else ""
+        text += "window exhausted" + (f" until {when(at, tz, now_ms)}" if at is not None else "")
     elif reason == "in_flight_full":
         text = "in flight full: claims resume when a slot frees"
         if at is not None:  # a hint (exact: false), not a promise (seed 002 REQ-6)

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from actors.clock import Clock
     from actors.counts import QueueCounts
     from actors.namespace import Namespaces
-    from actors.policy import Status
+    from actors.policy import PolicyState, Status
     from actors.router import ClaimRouter
     from daemon.store.health import StoreHealth
 
@@ -34,7 +34,7 @@ class PolicyStatuses(Protocol):
     (:class:`daemon.admission.policies.Policies`)."""
 
     @property
-    def states(self) -> Mapping[QueueKey, object]:
+    def states(self) -> Mapping[QueueKey, PolicyState]:
         """The policy queues."""
 
     def status(self, key: QueueKey) -> Status | None:
@@ -86,8 +86,18 @@ class Gauges(Collector):
             "sluicegate_admission_deferred_jobs", "Pending jobs held back by admission.",
             labels=["queue", "reason"],
         )  # fmt: skip
+        used = GaugeMetricFamily(
+            "sluicegate_admission_window_used",
+            "Claims charged to each window of a policy queue (period: the window's).",
+            labels=["queue", "period"],
+        )
+        caps = GaugeMetricFamily(
+            "sluicegate_admission_window_max", "Each window's max_claims, per policy queue.",
+            labels=["queue", "period"],
+        )  # fmt: skip
         statuses: dict[tuple[str, str], int] = {}
         held: dict[tuple[str, str], int] = {}
+        windows: dict[tuple[str, str], tuple[int, int]] = {}
         src = self.sources
         for key in list(src.policies.states):
             try:
@@ -102,6 +112,9 @@ class Gauges(Collector):
             if status.reason is not None:
                 slot = (label, status.reason)
                 held[slot] = held.get(slot, 0) + src.counts.get(key, "pending")
+            for meter in src.policies.states[key].meters:  # rolled by status()
+                n, cap = windows.get((label, meter.key), (0, 0))
+                windows[(label, meter.key)] = (n + meter.used, cap + meter.limit.max_claims)
         now = src.clock.now_ms()
         for (ns, queue), per_budget in src.parked.parked_by_queue.items():
             for key, n in per_budget.items():
@@ -113,8 +126,13 @@ class Gauges(Collector):
             policies.add_metric([label, name], n)
         for (label, reason), n in sorted(held.items()):
             deferred.add_metric([label, reason], n)
+        for (label, period), (n, cap) in sorted(windows.items()):
+            used.add_metric([label, period], n)
+            caps.add_metric([label, period], cap)
         yield policies
         yield deferred
+        yield used
+        yield caps
 
     def _namespaces(self) -> Iterator[GaugeMetricFamily]:
         """Pending and running against their caps, for namespaces with a quota."""

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from actors.budgets import Budget
+from actors.window import PERIODS
 from daemon.store.budgets import COLS as _BUDGET_COLS
 from daemon.store.budgets import load as load_budget
 from daemon.store.policies import COLS as _POLICY_COLS
@@ -59,17 +60,24 @@ class LimitState(NamedTuple):
     budgets: list[tuple[Budget, bool]]
     #: (namespace, pool state) of every stored ``enqueue_rate`` pool.
     rates: list[tuple[str, tuple[int, int, int]]]
-    #: Every policy row with its latest window's start and usage (None, 0: none).
-    policies: list[tuple[tuple[Any, ...], int | None, int]]
+    #: Every policy row with each window's latest usage row: key -> (start, used).
+    policies: list[tuple[tuple[Any, ...], dict[str, tuple[int, int]]]]
 
 
 def _columns(alias: str, cols: str) -> str:
     return ", ".join(f"{alias}.{c.strip()}" for c in cols.split(","))
 
 
+#: Each window's latest usage row of policy ``p``: per period (a window's key),
+#: a seek for its latest start and one for that row, whatever the history behind.
 _LATEST = (
-    "FROM policy_usage u WHERE u.namespace = p.namespace AND u.queue = p.queue "
-    "ORDER BY u.window_start DESC LIMIT 1"
+    "(SELECT {agg}({row}(k.period, k.start, (SELECT u.used FROM policy_usage u "
+    "WHERE u.namespace = p.namespace AND u.queue = p.queue AND u.window_key = k.period "
+    "AND u.window_start = k.start))) FROM (SELECT ks.period, (SELECT max(v.window_start) "
+    "FROM policy_usage v WHERE v.namespace = p.namespace AND v.queue = p.queue "
+    "AND v.window_key = ks.period) AS start FROM ("
+    + " UNION ALL ".join(f"SELECT '{period}' AS period" for period in PERIODS)
+    + ") ks) k WHERE k.start IS NOT NULL)"
 )
 #: The four parts, each a JSON array of rows, in one statement (one round trip:
 #: a daemon that follows another's write pays one, not four). ``{agg}`` and
@@ -85,8 +93,8 @@ _LIMITS = (
     "'[]'), "
     "coalesce((SELECT {agg}({row}(s.key, s.value)) FROM settings s "
     "WHERE s.key >= ? AND s.key < ?), '[]'), "
-    f"coalesce((SELECT {{agg}}({{row}}({_columns('p', _POLICY_COLS)}, "
-    f"(SELECT u.window_start {_LATEST}), (SELECT u.used {_LATEST}))) FROM policies p), '[]')"
+    f"coalesce((SELECT {{agg}}({{row}}({_columns('p', _POLICY_COLS)}, {_LATEST})) "
+    "FROM policies p), '[]')"
 )
 _LIMITS_SQLITE = _LIMITS.format(agg="json_group_array", row="json_array")
 _LIMITS_POSTGRES = _LIMITS.format(agg="json_agg", row="json_build_array")
@@ -109,8 +117,16 @@ def _limit_state(conn: Any, statement: str) -> LimitState:
         [(ns, queue, int(n)) for ns, queue, n in running],
         [(load_budget(tuple(b[:-1])), bool(b[-1])) for b in budgets],
         [(key[len(RATE_PREFIX) :], _pool(orjson.loads(value))) for key, value in rates],
-        [(tuple(p[:-2]), p[-2], p[-1] or 0) for p in policies],
+        [(tuple(p[:-1]), _latest(p[-1])) for p in policies],
     )
+
+
+def _latest(rows: Any) -> dict[str, tuple[int, int]]:
+    """Each window's latest (start, used), from the nested aggregate (SQLite hands
+    it over as JSON text, PostgreSQL as JSON; no rows: ``[]`` or null)."""
+    if isinstance(rows, str):
+        rows = orjson.loads(rows)
+    return {key: (int(start), int(used)) for key, start, used in rows or ()}
 
 
 def _pool(state: list[Any]) -> tuple[int, int, int]:

@@ -103,14 +103,18 @@ class PolicyStore(Protocol):
     def delete(self, namespace: str, queue: str) -> None:
         """Remove one policy."""
 
-    def usage(self, namespace: str, queue: str, window_start: int) -> int:
-        """Claims charged to the window starting at ``window_start``."""
+    def usage(self, namespace: str, queue: str, key: str, window_start: int) -> int:
+        """Claims charged to the window ``key`` (a period) starting at ``window_start``."""
 
-    def usage_after(self, namespace: str, queue: str, window_start: int) -> dict[int, int]:
-        """Claims charged to each window starting after ``window_start``."""
+    def usage_after(self, namespace: str, queue: str, key: str,
+                    window_start: int) -> dict[int, int]:  # fmt: skip
+        """Claims charged to each window of ``key`` starting after ``window_start``."""
 
-    def charge(self, namespace: str, queue: str, window_start: int, n: int) -> None:
+    def charge(self, namespace: str, queue: str, key: str, window_start: int, n: int) -> None:
         """Add ``n`` claims to a window's usage."""
+
+    def prune(self, namespace: str, queue: str, key: str, before: int) -> None:
+        """Forget the usage of windows of ``key`` starting before ``before``."""
 
 
 @runtime_checkable

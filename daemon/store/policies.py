@@ -32,33 +32,46 @@ def delete(conn: sqlite3.Connection, namespace: str, queue: str) -> None:
     conn.execute("DELETE FROM policies WHERE namespace = ? AND queue = ?", (namespace, queue))
 
 
-def usage(conn: sqlite3.Connection, namespace: str, queue: str, window_start: int) -> int:
-    """Claims charged to one window (0 when none was)."""
+def usage(conn: sqlite3.Connection, namespace: str, queue: str, key: str,
+          window_start: int) -> int:  # fmt: skip
+    """Claims charged to one window of a policy (``key``: its period; 0 when none was)."""
     row = conn.execute(
-        "SELECT used FROM policy_usage WHERE namespace = ? AND queue = ? AND window_start = ?",
-        (namespace, queue, window_start),
+        "SELECT used FROM policy_usage WHERE namespace = ? AND queue = ? AND window_key = ? "
+        "AND window_start = ?",
+        (namespace, queue, key, window_start),
     ).fetchone()
     return 0 if row is None else row[0]
 
 
 def usage_after(
-    conn: sqlite3.Connection, namespace: str, queue: str, window_start: int
+    conn: sqlite3.Connection, namespace: str, queue: str, key: str, window_start: int
 ) -> dict[int, int]:
-    """Claims charged to windows starting after ``window_start``, by start (there
-    are some only after the host's clock stepped back)."""
+    """Claims charged to windows of ``key`` starting after ``window_start``, by start
+    (there are some only after the host's clock stepped back)."""
     rows = conn.execute(
         "SELECT window_start, used FROM policy_usage "
-        "WHERE namespace = ? AND queue = ? AND window_start > ?",
-        (namespace, queue, window_start),
+        "WHERE namespace = ? AND queue = ? AND window_key = ? AND window_start > ?",
+        (namespace, queue, key, window_start),
     ).fetchall()
     return {start: used for start, used in rows}
 
 
-def charge(conn: sqlite3.Connection, namespace: str, queue: str, window_start: int, n: int) -> None:
+def prune(conn: sqlite3.Connection, namespace: str, queue: str, key: str, before: int) -> None:
+    """Forget the usage of windows of ``key`` starting before ``before`` (the history
+    of a second or minute window, which would otherwise grow by a row a second)."""
+    conn.execute(
+        "DELETE FROM policy_usage WHERE namespace = ? AND queue = ? AND window_key = ? "
+        "AND window_start < ?",
+        (namespace, queue, key, before),
+    )
+
+
+def charge(conn: sqlite3.Connection, namespace: str, queue: str, key: str, window_start: int,
+           n: int) -> None:  # fmt: skip
     """Charge ``n`` claims to a window, in the claim's transaction."""
     conn.execute(
-        "INSERT INTO policy_usage (namespace, queue, window_start, used) VALUES (?, ?, ?, ?) "
-        "ON CONFLICT (namespace, queue, window_start) "
+        "INSERT INTO policy_usage (namespace, queue, window_key, window_start, used) "
+        "VALUES (?, ?, ?, ?, ?) ON CONFLICT (namespace, queue, window_key, window_start) "
         "DO UPDATE SET used = policy_usage.used + excluded.used",
-        (namespace, queue, window_start, n),
+        (namespace, queue, key, window_start, n),
     )

@@ -249,10 +249,22 @@ def _v8_reserved(_db: sqlite_utils.Database) -> None:
     return
 
 
-def _v9_reserved(_db: sqlite_utils.Database) -> None:
-    # Reserved for the stacked windows (window usage), built on another branch;
-    # it replaces this no-op when the branches meet.
-    return
+def _v9_window_usage(db: sqlite_utils.Database) -> None:
+    # Stacked windows: a policy may count claims in several windows, two of which
+    # can start at the same instant (a minute and a second), so usage is also
+    # keyed by the window, named by its period (one window per period). A row
+    # from before is its policy's one window's; one whose policy is gone (or
+    # stored text that is not JSON: a policy failing closed) keeps ''.
+    db["policy_usage"].add_column("window_key", str, not_null_default="")
+    db.execute(
+        "UPDATE policy_usage SET window_key = coalesce((SELECT CASE WHEN json_valid(p.policy) "
+        "THEN json_extract(p.policy, '$.window.period') END FROM policies p "
+        "WHERE p.namespace = policy_usage.namespace AND p.queue = policy_usage.queue), '')"
+    )
+    # The default was only for the rows already there (PostgreSQL's form drops it too).
+    db["policy_usage"].transform(
+        pk=("namespace", "queue", "window_key", "window_start"), defaults={"window_key": None}
+    )
 
 
 def _v10_budget_pause(db: sqlite_utils.Database) -> None:
@@ -274,7 +286,7 @@ MIGRATIONS: list[Migration] = [
     Migration(6, "usage", _v6_usage, pg.V6_POSTGRES),
     Migration(7, "cluster", _v7_cluster, pg.V7_POSTGRES),
     Migration(8, "reserved_groups", _v8_reserved, ("SELECT 1",)),
-    Migration(9, "reserved_windows", _v9_reserved, ("SELECT 1",)),
+    Migration(9, "window_usage", _v9_window_usage, pg.V9_POSTGRES),
     Migration(10, "budget_pause", _v10_budget_pause, pg.V10_POSTGRES),
 ]
 

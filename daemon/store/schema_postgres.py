@@ -158,6 +158,19 @@ V7_POSTGRES = (
     )""",
 )
 
+#: Stacked windows (schema.py's ``_v9_window_usage``).
+V9_POSTGRES = (
+    """ALTER TABLE policy_usage ADD COLUMN window_key text COLLATE "C" NOT NULL DEFAULT ''""",
+    # The stored text is compact JSON (orjson) with one "period" before this
+    # version; read by pattern, since a cast would abort on text that is not JSON.
+    """UPDATE policy_usage u SET window_key = coalesce((SELECT substring(p.policy
+        FROM '"period":"([a-z]+)"') FROM policies p WHERE p.namespace = u.namespace
+        AND p.queue = u.queue), '')""",
+    "ALTER TABLE policy_usage ALTER COLUMN window_key DROP DEFAULT",
+    "ALTER TABLE policy_usage DROP CONSTRAINT policy_usage_pkey",
+    "ALTER TABLE policy_usage ADD PRIMARY KEY (namespace, queue, window_key, window_start)",
+)
+
 #: A budget's pause (schema.py's ``_v10_budget_pause``).
 V10_POSTGRES = (
     "ALTER TABLE budgets ADD COLUMN paused_until bigint",

@@ -42,6 +42,7 @@ class PolicySetArgs:
     max_in_flight: Any = _UNSET
     max_claims_per_window: Any = _UNSET
     window: Any = _UNSET
+    windows: Any = _UNSET
 
     def fields(self) -> dict[str, Any]:
         return {k: v for k, v in attrs.asdict(self).items() if k != "queue" and v is not _UNSET}
@@ -145,15 +146,18 @@ def admission_status(core: Services, call: Call, a: StatusArgs) -> Plan:
         key = (ns, queue)
         status = core.policies.status(key, now)
         assert status is not None
-        windowed = state.policy is not None and state.policy.window is not None
-        out.append({
+        tight = state.tightest()  # the window fields: the one with the least room
+        entry = {
             "queue": queue,
             "policy": core.policies.describe_policy(state),
             "in_flight": core.policies.running(key) + state.in_flight_delta,
-            "used": state.used if windowed else None,
-            "window_start_at": state.window_start if windowed else None,
-            "window_resets_at": state.window_end if windowed else None,
+            "used": tight.used if tight is not None else None,
+            "window_start_at": tight.start if tight is not None else None,
+            "window_resets_at": tight.end if tight is not None else None,
             "pending": core.counts.get(key, lc.PENDING),
             "status": status.to_dict(),
-        })  # fmt: skip
+        }  # fmt: skip
+        if state.policy is not None and state.policy.windows is not None:
+            entry["windows"] = [m.to_dict() for m in state.meters]
+        out.append(entry)
     return answer_now({"queues": out})

@@ -77,7 +77,7 @@ async def test_exhaustion_is_announced_and_the_reset_reopens_without_a_write(
             await call(core, "claim_next", queues=["q"])
             _, said = await until(stream, "announce")
             assert said["text"].startswith("Queue q is now exhausted. Eligible again ")
-            resets = core.policies.get("default", "q").window_end
+            resets = core.policies.get("default", "q").meters[0].end
             _, data = await until(stream, "fragment")
             assert "1 of 1 used" in data["html"] and "exhausted" in data["html"]
             _, data = await until(stream, "fragment")  # nothing was written: the reset woke it

@@ -3,8 +3,9 @@ sixty claimers, and the database's own record of every claim and release.
 
 The workload binds jobs of queue ``main`` to a ``time_based`` budget (burst
 ``B``, drip ``R`` a second) and to a ``while_in_flight`` pool, with random
-costs; ``main`` has a queue policy ``max_in_flight``, and queue ``windowed`` a
-small claim budget per hour. Claimers on every daemon claim, hold some jobs
+costs; ``main`` has a queue policy ``max_in_flight``, queue ``windowed`` a
+small claim budget per hour, and queue ``stacked`` two windows at once (3 a
+second and 20 an hour: issue 18's stacked windows). Claimers on every daemon claim, hold some jobs
 across their next claim, and complete.
 
 A trigger the test installs (``RECORDER``, tests/chaos/pg_nemesis.py) records
@@ -13,7 +14,9 @@ database. Replayed in that order, the record must show:
 
 - in flight per cap (the policy, the pool's cost) never over it;
 - ``time_based`` debits in every interval ``T`` never over ``B + R T``;
-- claims per hour window never over the window's budget.
+- claims per hour window never over the window's budget;
+- ``stacked``: claims per second and per hour never over either window's cap
+  (each at the instant its daemon decided, which is the window it charged).
 
 The same workload against daemons that decide from an unlocked read (the
 test-only switch ``SLUICEGATE_TEST_UNLOCKED_ADMISSION``) must over-admit: the
@@ -48,6 +51,7 @@ MAX_IN_FLIGHT = 10  # queue main's policy
 POOL = 6  # the while_in_flight pool's allocation
 BURST, DRIP = 40, 2000  # the time_based budget: burst, tokens a second
 WINDOW_BUDGET = 25  # queue windowed's claims per hour
+STACKED_SECOND, STACKED_HOUR = 3, 20  # queue stacked's two windows
 HOUR_MS = 3_600_000
 
 
@@ -72,6 +76,7 @@ def check(moves: list[tuple[Any, ...]]) -> Overs:
     pool_cost = 0
     drip: list[tuple[int, int]] = []  # (at, cost) of claims debiting the time_based budget
     windows: dict[int, int] = defaultdict(int)
+    stacked: dict[tuple[str, int], int] = defaultdict(int)
     for _seq, job_id, queue, source, target, at, budgets in moves:
         costs = {b["key"]: b["cost"] for b in orjson.loads(budgets)} if budgets else {}
         if target == "running":
@@ -84,6 +89,12 @@ def check(moves: list[tuple[Any, ...]]) -> Overs:
                 windows[at // HOUR_MS] += 1
                 if windows[at // HOUR_MS] > WINDOW_BUDGET:
                     out.window.append(f"claim {windows[at // HOUR_MS]} of a window ({job_id})")
+            if queue == "stacked":
+                for period, ms, cap in (("s", 1000, STACKED_SECOND), ("h", HOUR_MS, STACKED_HOUR)):
+                    stacked[(period, at // ms)] += 1
+                    if stacked[(period, at // ms)] > cap:
+                        out.window.append(f"stacked claim {stacked[(period, at // ms)]} of a "
+                                          f"{period} window ({job_id})")  # fmt: skip
             if queue == "main" and running[queue] > MAX_IN_FLIGHT:
                 out.in_flight.append(f"{running[queue]} in flight at {at} ({job_id})")
             if pool_cost > POOL:
@@ -129,6 +140,10 @@ def _setup(first: DaemonProcess, jobs: int, rng: random.Random) -> None:
         c.ok("policy_set", queue="windowed", max_claims_per_window=WINDOW_BUDGET,
              window={"period": "hour", "tz": "UTC", "start": "00:00"})  # fmt: skip
         c.ok("enqueue_many", jobs=[{"queue": "windowed", "type": "w"}] * (WINDOW_BUDGET * 2))
+        c.ok("policy_set", queue="stacked", windows=[
+            {"max_claims": STACKED_SECOND, "period": "second", "tz": "UTC"},
+            {"max_claims": STACKED_HOUR, "period": "hour", "tz": "UTC"}])  # fmt: skip
+        c.ok("enqueue_many", jobs=[{"queue": "stacked", "type": "s"}] * (STACKED_HOUR * 2))
         for start in range(0, jobs, 100):
             batch = []
             for _ in range(min(100, jobs - start)):
@@ -159,7 +174,8 @@ def _claimer(daemon: DaemonProcess, seed: int, stop: threading.Event, errors: li
     try:
         with closing(daemon.client()) as c:
             while not stop.is_set():
-                got = call(c, "claim_next", queues=["main", "windowed"], wait_ms=50)["jobs"]
+                got = call(c, "claim_next", queues=["main", "windowed", "stacked"],
+                           wait_ms=50)["jobs"]  # fmt: skip
                 held += [j["job"] for j in got]
                 # Hold some jobs across the next claim: claims race completions.
                 while held and (len(held) > 1 or rng.random() < 0.5):
@@ -198,7 +214,7 @@ def _run(tmp_path: Path, dsn: str, *, jobs: int, unlocked: bool) -> Overs:
             (row,) = first.sql("SELECT count(*) FROM moves WHERE target = 'running'")
             if unlocked and check(first.sql("SELECT * FROM moves ORDER BY seq")).total():
                 return True  # the unsafe design has shown itself: enough
-            return row[0] >= jobs + WINDOW_BUDGET or bool(errors)
+            return row[0] >= jobs + WINDOW_BUDGET + STACKED_HOUR or bool(errors)
 
         try:
             _wait(finished, timeout=120 + jobs / 10)  # 10 claims a second at the least
@@ -221,7 +237,7 @@ def _wait(predicate: Any, timeout: float) -> None:
 
 def test_no_limit_is_ever_over_admitted_across_three_daemons(tmp_path, pg_dsn):
     overs = _run(tmp_path, pg_dsn, jobs=CLAIMS, unlocked=False)
-    assert overs.claims >= CLAIMS + WINDOW_BUDGET
+    assert overs.claims >= CLAIMS + WINDOW_BUDGET + STACKED_HOUR
     assert overs.total() == 0, attrs.asdict(overs)
 
 

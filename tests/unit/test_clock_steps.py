@@ -28,7 +28,7 @@ old time):
   step of its start, with the window before it used up too. Never over (the
   product's rule) wins over never shut longer than one nominal window: the stored
   usage of windows after the current one is loaded at start
-  (:attr:`actors.policy.PolicyState.ahead`), so the window charged on the old
+  (:attr:`actors.claim_windows.WindowUsage.ahead`), so the window charged on the old
   time stays used up when it comes round on the new one. The queue is then shut
   for one nominal window plus the step, at most.
 
@@ -223,18 +223,19 @@ async def test_the_worst_backward_step_shuts_a_window_for_one_window_plus_the_st
 
 
 def test_a_window_charged_ahead_of_the_clock_starts_at_its_charge():
-    """The unit under the test above: :attr:`PolicyState.ahead` seeds a window
+    """The unit under the test above: :attr:`WindowUsage.ahead` seeds a window
     when the clock reaches it, and windows the clock has passed are dropped."""
     state = PolicyState("default", "q")
     state.policy = parse_policy({"max_claims_per_window": 3, "window": DAY_LA})
     state.roll(MIDNIGHT - HOUR)
-    assert (state.window_end, state.used) == (MIDNIGHT, 0)
-    state.ahead = {MIDNIGHT: 3, MIDNIGHT + DAY: 1}
+    (day,) = state.meters
+    assert (day.end, day.used) == (MIDNIGHT, 0)
+    day.ahead = {MIDNIGHT: 3, MIDNIGHT + DAY: 1}
     state.roll(MIDNIGHT + 1)
-    assert (state.window_start, state.used) == (MIDNIGHT, 3)
-    assert state.ahead == {MIDNIGHT + DAY: 1}
+    assert (day.start, day.used) == (MIDNIGHT, 3)
+    assert day.ahead == {MIDNIGHT + DAY: 1}
     state.roll(MIDNIGHT + 3 * DAY)
-    assert (state.used, state.ahead) == (0, {})
+    assert (day.used, day.ahead) == (0, {})
 
 
 # -- drips (time_based budgets) -----------------------------------------------------------

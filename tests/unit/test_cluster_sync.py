@@ -117,9 +117,31 @@ async def test_a_policy_window_charged_elsewhere_counts_here(tmp_path, autojump_
         for _ in range(3):
             await enqueue_job(core)
         state = core.policies.states[("default", "q")]
-        another_daemon(core, f"INSERT INTO policy_usage (namespace, queue, window_start, used) "
-                             f"VALUES ('default', 'q', {state.window_start}, 2)")  # fmt: skip
+        another_daemon(core, "INSERT INTO policy_usage (namespace, queue, window_key, "
+                             f"window_start, used) VALUES ('default', 'q', 'hour', "
+                             f"{state.meters[0].start}, 2)")  # fmt: skip
         assert len(await claim_jobs(core, max=3)) == 1  # 2 of 3 were used elsewhere
+
+
+async def test_stacked_windows_charged_elsewhere_count_here_each_its_own(tmp_path, autojump_clock):
+    """Another daemon's claims, read back per window: the minute and the hour
+    windows start at the same instant, and each keeps its own count."""
+    windows = [{"max_claims": 4, "period": "minute", "tz": "UTC"},
+               {"max_claims": 6, "period": "hour", "tz": "UTC"}]  # fmt: skip
+    async with running_core(tmp_path, timers=False) as core:
+        attach(core)
+        await call(core, "policy_set", queue="q", windows=windows)
+        for _ in range(6):
+            await enqueue_job(core)
+        minute, hour = core.policies.states[("default", "q")].meters
+        charged = "INSERT INTO policy_usage (namespace, queue, window_key, window_start, used) "
+        another_daemon(core, f"{charged} VALUES ('default', 'q', 'minute', {minute.start}, 3)",
+                       f"{charged} VALUES ('default', 'q', 'hour', {hour.start}, 5)")  # fmt: skip
+        assert len(await claim_jobs(core, max=6)) == 1  # the hour's last; the minute had 1
+        reloaded = core.policies.states[("default", "q")].meters  # the reload made new ones
+        assert [m.used for m in reloaded] == [4, 6]
+        rows = core.conn.execute("SELECT window_key, used FROM policy_usage ORDER BY window_key")
+        assert rows.fetchall() == [("hour", 6), ("minute", 4)]
 
 
 async def test_a_budget_made_elsewhere_is_known_after_the_reload(tmp_path, autojump_clock):

@@ -311,3 +311,20 @@ def test_the_store_s_claim_runs_on_the_schema(pg_dsn):
             await a.execute(_INSERT_JOB, "j6", 0, "pending", 0, "k", None)
 
     run_asyncio(main())
+
+
+def test_version_9_keys_each_usage_row_by_its_policys_window(pg_dsn):
+    """As tests/unit/test_schema.py's test of the same name, on PostgreSQL."""
+    from tests.unit.test_schema import USAGE_AFTER_V9, USAGE_BEFORE_V9
+
+    async def main() -> list[tuple[Any, ...]]:
+        async with connected(pg_dsn) as conn:
+            await migrate_postgres(conn, migrations=schema.MIGRATIONS[:7])
+            for statement in USAGE_BEFORE_V9:
+                await conn.execute(statement)
+            assert await migrate_postgres(conn) == LATEST
+            rows = await conn.fetch("SELECT namespace, queue, window_key, window_start, used "
+                                    "FROM policy_usage ORDER BY 1, 2, 3, 4")  # fmt: skip
+            return [tuple(r) for r in rows]
+
+    assert run_asyncio(main()) == USAGE_AFTER_V9

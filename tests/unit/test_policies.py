@@ -578,5 +578,5 @@ async def test_a_cancelled_claim_charges_nothing(tmp_path, autojump_clock):
         running = core.conn.execute("SELECT count(*) FROM jobs WHERE state = 'running'")
         claimed_jobs = running.fetchone()[0]
         stored = sum(row[2] for row in usage_rows(core))
-        assert stored == claimed_jobs == core.policies.get("default", "q").used  # type: ignore[union-attr]
+        assert stored == claimed_jobs == core.policies.get("default", "q").meters[0].used  # type: ignore[union-attr]
         assert claimed_jobs < 30  # some were withdrawn before their transaction ran

@@ -151,3 +151,36 @@ def test_status_of_a_newer_database(db):
     assert (status.current, status.latest, status.pending) == (latest + 2, latest, ())
     assert len(status.applied) == latest  # the versions past this build have no names here
     assert status.too_new and not status.up_to_date
+
+
+#: Rows before version 9 (stacked windows): a windowed policy's usage, an
+#: in-flight-only policy's none, a cleared policy's, and a policy failing closed.
+USAGE_BEFORE_V9 = (
+    "INSERT INTO policies VALUES ('ns', 'daily', '{\"max_in_flight\":null,"
+    '"max_claims_per_window":3,"window":{"period":"day","tz":"UTC","start":"00:00"}}'
+    "', 1, 1, 'a', 'a', 'api')",
+    "INSERT INTO policies VALUES ('ns', 'bad', 'not json', 1, 1, 'a', 'a', 'api')",
+    "INSERT INTO policy_usage VALUES ('ns', 'daily', 100, 3)",
+    "INSERT INTO policy_usage VALUES ('ns', 'daily', 200, 1)",
+    "INSERT INTO policy_usage VALUES ('ns', 'gone', 100, 2)",
+    "INSERT INTO policy_usage VALUES ('ns', 'bad', 100, 1)",
+)
+USAGE_AFTER_V9 = [("ns", "bad", "", 100, 1), ("ns", "daily", "day", 100, 3),
+                  ("ns", "daily", "day", 200, 1), ("ns", "gone", "", 100, 2)]  # fmt: skip
+
+
+def test_version_9_keys_each_usage_row_by_its_policys_window(db, monkeypatch):
+    monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:7])
+    schema.migrate(db)
+    for statement in USAGE_BEFORE_V9:
+        db.execute(statement)
+    monkeypatch.undo()
+    assert schema.migrate(db) == 9
+    rows = db.execute("SELECT namespace, queue, window_key, window_start, used FROM policy_usage "
+                      "ORDER BY 1, 2, 3, 4").fetchall()  # fmt: skip
+    assert rows == USAGE_AFTER_V9
+    # A second's row and a day's at the same instant are two rows now.
+    db.execute("INSERT INTO policy_usage (namespace, queue, window_key, window_start, used) "
+               "VALUES ('ns', 'daily', 'second', 100, 5)")  # fmt: skip
+    at_100 = db.execute("SELECT count(*) FROM policy_usage WHERE window_start = 100")
+    assert at_100.fetchone() == (4,)

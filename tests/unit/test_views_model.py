@@ -83,10 +83,9 @@ def check_views(core: Core) -> None:
     assert core.budget_gate.parked_by_queue == per_queue
     for (ns, queue), state in core.policies.states.items():
         assert state.in_flight_delta == 0, (ns, queue)
-        policy = state.policy
-        if policy is not None and policy.max_claims_per_window is not None:
-            state.roll(now)
-            assert state.used == core.store.policies.usage(ns, queue, state.window_start)
+        state.roll(now)
+        for meter in state.meters:  # every window of the policy, either form
+            assert meter.used == core.store.policies.usage(ns, queue, meter.key, meter.start)
     for actor in core.namespaces.known():
         assert (actor.pending_extra, actor.running_extra) == (0, 0), actor.namespace
 
@@ -121,7 +120,7 @@ operation = st.one_of(
     st.tuples(st.just("budget"), namespace, st.sampled_from(("wif", "drip")),
               st.integers(1, 4)),
     st.tuples(st.just("policy"), namespace, queue, st.sampled_from((None, 0, 1, 2)),
-              st.sampled_from((None, 1, 3))),
+              st.sampled_from((None, 1, 3, 4))),  # 4: stacked windows
     st.tuples(st.just("policy_clear"), namespace, queue),
     st.tuples(st.just("quota"), namespace, st.sampled_from((None, 3, 8)),
               st.sampled_from((None, 1, 2)), st.sampled_from(("reject", "drop"))),
@@ -216,9 +215,14 @@ class Model:
         elif kind == "policy":
             _k, ns, q, in_flight, claims = op
             fields: dict[str, Any] = {"max_in_flight": in_flight}
-            if claims is not None:
+            if claims is not None and claims % 2:
                 fields.update(max_claims_per_window=claims,
                               window={"period": "hour", "tz": "UTC", "start": "00:00"})  # fmt: skip
+            elif claims is not None:  # stacked windows: an hour's and a minute's
+                fields["windows"] = [
+                    {"max_claims": claims, "period": "hour", "tz": "UTC"},
+                    {"max_claims": claims // 2, "period": "minute", "tz": "UTC"},
+                ]
             await call(core, "policy_set", namespace=ns, queue=q, **fields)
         elif kind == "policy_clear":
             await call(core, "policy_clear", namespace=op[1], queue=op[2])

@@ -240,6 +240,51 @@ def test_bounds_memoizes_the_current_window(monkeypatch):
     assert bounds(day, first[0] - 1) == (first[0] - DAY, first[0])  # back again: computed
 
 
+# -- seconds, minutes and months --------------------------------------------------
+
+
+@pytest.mark.parametrize(("period", "tick"), [("second", 1000), ("minute", 60_000)])
+def test_second_and_minute_windows_tick_with_the_clock_through_a_fall_back(period, tick):
+    """Each elapsed second (minute) is one window, even while the wall clock
+    repeats 01:00-02:00 in Los Angeles (2026-11-01): never a window of an hour."""
+    window = win(period, "America/Los_Angeles", "00:00")
+    fall_back = utc(2026, 11, 1, 9)  # 02:00 PDT becomes 01:00 PST
+    spans = walk(window, fall_back - 3 * tick + 1, 7)
+    assert spans[0] == (fall_back - 3 * tick, fall_back - 2 * tick)
+    assert all(end - start == tick for start, end in spans)
+    assert [s for s, _ in spans][3] == fall_back
+
+
+def test_a_month_window_follows_the_zones_calendar_months():
+    month = win("month", "UTC", "00:00")
+    lengths = [(end - start) // DAY for start, end in walk(month, utc(2026, 1, 1), 12)]
+    assert lengths == [31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31]
+    assert bounds(month, utc(2028, 2, 10)) == (utc(2028, 2, 1), utc(2028, 3, 1))  # leap: 29
+
+
+def test_a_pacific_month_spans_the_spring_change_one_hour_short():
+    """March 2026 in Los Angeles: 00:00 PST on the 1st to 00:00 PDT on April 1st."""
+    month = win("month", "America/Los_Angeles", "00:00")
+    assert bounds(month, utc(2026, 3, 20)) == (utc(2026, 3, 1, 8), utc(2026, 4, 1, 7))
+    assert bounds(month, utc(2026, 3, 1, 7, 59)) == (utc(2026, 2, 1, 8), utc(2026, 3, 1, 8))
+
+
+def test_a_month_starting_in_the_repeated_hour_starts_at_its_first_occurrence():
+    """November 2026 in Los Angeles begins on its fall-back day: a start of 01:30
+    is 01:30 PDT, and 01:45 PST (the wall clock's second 01:45) is November's."""
+    month = win("month", "America/Los_Angeles", "01:30")
+    november = (utc(2026, 11, 1, 8, 30), utc(2026, 12, 1, 9, 30))
+    assert bounds(month, utc(2026, 11, 1, 8, 29))[1] == november[0]
+    assert bounds(month, utc(2026, 11, 1, 9, 45)) == november
+    assert next_boundary(month, november[0]) == november[1]
+
+
+def test_a_month_start_round_trips_and_validates():
+    doc = {"period": "month", "tz": "Europe/Berlin", "start": "06:00"}
+    assert parse_window(doc).to_dict() == doc
+    assert parse_window(doc).period_ms == 31 * DAY
+
+
 # -- validation ---------------------------------------------------------------------
 
 GOOD: dict[str, Any] = {"period": "day", "tz": "America/Los_Angeles", "start": "00:00"}
@@ -254,7 +299,10 @@ GOOD: dict[str, Any] = {"period": "day", "tz": "America/Los_Angeles", "start": "
         ({**GOOD, "weekdays": "Mon"}, "window"),
         ({**GOOD, "zone": "UTC"}, "window"),
         ({"tz": "UTC", "start": "00:00"}, "window.period"),
-        ({**GOOD, "period": "month"}, "window.period"),
+        ({**GOOD, "period": "fortnight"}, "window.period"),
+        ({**GOOD, "period": "minute", "start": "00:30"}, "window.start"),
+        ({**GOOD, "period": "second", "start": "01:00"}, "window.start"),
+        ({**GOOD, "period": "month", "weekday": "Mon"}, "window.weekday"),
         ({**GOOD, "period": "Day"}, "window.period"),
         ({**GOOD, "period": ["day"]}, "window.period"),
         ({"period": "day", "start": "00:00"}, "window.tz"),
@@ -323,7 +371,7 @@ def test_a_window_round_trips_to_the_wire_shape(doc):
 
 # -- every zone against the oracle --------------------------------------------------
 
-SPAN = (utc(2025, 12, 20), utc(2028, 1, 12))  # 2026 and 2027, with a margin
+SPAN = (utc(2025, 11, 15), utc(2028, 2, 20))  # 2026 and 2027, with a month's margin
 YEARS = (dt.date(2026, 1, 1), dt.date(2028, 1, 1))
 SCAN_S = 86_400  # transitions are weeks apart (asserted); a missed pair fails the comparison
 _EPOCH_ORDINAL = dt.date(1970, 1, 1).toordinal()
@@ -408,6 +456,9 @@ def labels(
     """Every label of a window from local day ``first`` to ``last``, in order."""
     if period == "hour":
         return [label(first, start) + i * H for i in range(((last - first).days + 1) * 24)]
+    if period == "month":
+        days = (first + dt.timedelta(days=i) for i in range((last - first).days + 1))
+        return [label(day, start) for day in days if day.day == 1]
     step = 1
     if period == "week":
         step = 7
@@ -529,6 +580,21 @@ def test_week_windows_in_every_zone_for_two_years():
             check_walk(win("week", name, start, weekday), zone_oracle, window_labels)
 
 
+def test_month_windows_in_every_zone_for_two_years():
+    """Calendar months of every zone, starting at midnight and at the edges of a
+    transition (which falls on a month's first day in some zones and years)."""
+    total = 0
+    for n, (name, *_) in enumerate(zone_groups()):
+        zone_oracle = oracle(name)
+        starts = {"00:00", ODD_STARTS[n % len(ODD_STARTS)]}
+        starts |= {s for day in transition_days(zone_oracle) if day.day == 1
+                   for s in edge_starts(zone_oracle)}  # fmt: skip
+        for start in starts:
+            window_labels = labels("month", start, None, *YEARS)
+            total += check_walk(win("month", name, start), zone_oracle, window_labels)
+    assert total >= len(zone_groups()) * 2 * 24
+
+
 def test_hour_windows_around_every_transition_of_every_zone():
     for name, *_ in zone_groups():
         zone_oracle = oracle(name)
@@ -544,16 +610,16 @@ def oracle_bounds(window: Window, instant: int) -> tuple[int, int]:
     """The window containing ``instant``, from the oracle's boundaries around it."""
     zone_oracle = oracle(window.tz)
     day = dt.date.fromordinal(_EPOCH_ORDINAL + zone_oracle.wall(instant) // DAY)
-    around = labels(
-        window.period,
-        window.start,
-        window.weekday,
-        day - dt.timedelta(days=8),
-        day + dt.timedelta(days=8),
-    )
+    reach = dt.timedelta(days=reach_days(window.period))
+    around = labels(window.period, window.start, window.weekday, day - reach, day + reach)
     cuts = sorted({zone_oracle.boundary(at) for at in around})
     i = bisect.bisect_right(cuts, instant)
     return cuts[i - 1], cuts[i]
+
+
+def reach_days(period: str) -> int:
+    """Local days either side of an instant that hold the labels around it."""
+    return 40 if period == "month" else 8
 
 
 def local_ms(zi: zoneinfo.ZoneInfo, instant: int) -> int:
@@ -569,7 +635,7 @@ windows = st.builds(
         f"{0 if period == 'hour' else hh:02}:{mm:02}",
         weekday if period == "week" else None,
     ),
-    st.sampled_from(["hour", "day", "week"]),
+    st.sampled_from(["hour", "day", "week", "month"]),
     st.sampled_from(sorted(zone_names())),
     st.integers(0, 23),
     st.sampled_from([0, 0, 15, 30, 45, 59]) | st.integers(0, 59),
@@ -594,9 +660,8 @@ def test_bounds_of_any_instant_match_the_oracle_and_the_rule(window, instant, da
     for at in (start, end):
         before, after = (local_ms(zi, t) for t in (at - 1, at))
         day = dt.date.fromordinal(_EPOCH_ORDINAL + before // DAY)
-        around = labels(
-            window.period, window.start, window.weekday, day, day + dt.timedelta(days=8)
-        )
+        reach = dt.timedelta(days=reach_days(window.period))
+        around = labels(window.period, window.start, window.weekday, day, day + reach)
         assert before < min(x for x in around if x > before) <= after
     # The memo answers for any instant of the window, and only for those.
     again = data.draw(st.integers(start, end - 1))
