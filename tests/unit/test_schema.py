@@ -175,7 +175,7 @@ def test_version_9_keys_each_usage_row_by_its_policys_window(db, monkeypatch):
     for statement in USAGE_BEFORE_V9:
         db.execute(statement)
     monkeypatch.undo()
-    assert schema.migrate(db) == 9
+    assert schema.migrate(db) == len(schema.MIGRATIONS)
     rows = db.execute("SELECT namespace, queue, window_key, window_start, used FROM policy_usage "
                       "ORDER BY 1, 2, 3, 4").fetchall()  # fmt: skip
     assert rows == USAGE_AFTER_V9
