@@ -19,6 +19,8 @@ from typing import Any
 import attrs
 
 from actors.errors import invalid
+from actors.group_policy import GROUP_FIELDS, NO_GROUPS, GroupPolicy, parse_group_policy
+from actors.group_ring import GroupRing
 from actors.window import Window, bounds, parse_window
 
 MAX_IN_FLIGHT = 10_000
@@ -26,7 +28,10 @@ MAX_CLAIMS = 1_000_000
 Undo = Callable[[], None]
 
 #: Statuses of a policy queue (metrics and ``admission_status``), admitted first.
-STATUSES = ("admitted", "window_exhausted", "in_flight_full", "paused", "admission_unavailable")
+STATUSES = (
+    "admitted", "window_exhausted", "in_flight_full", "paused", "admission_unavailable",
+    "group_in_flight_cap", "reserved_for_other_groups",
+)  # fmt: skip
 
 
 @attrs.frozen
@@ -36,14 +41,19 @@ class Policy:
     max_in_flight: int | None = None
     max_claims_per_window: int | None = None
     window: Window | None = None
+    #: How claims are shared among the queue's groups (actors.group_policy).
+    groups: GroupPolicy = NO_GROUPS
 
     def to_dict(self) -> dict[str, Any]:
-        """The policy's fields on the wire."""
-        return {
+        """The policy's fields on the wire (the group fields when any is set)."""
+        out = {
             "max_in_flight": self.max_in_flight,
             "max_claims_per_window": self.max_claims_per_window,
             "window": None if self.window is None else self.window.to_dict(),
         }
+        if self.groups != NO_GROUPS:
+            out.update(self.groups.to_dict())
+        return out
 
 
 def _limit(field: str, value: Any, top: int) -> int | None:
@@ -59,18 +69,22 @@ def parse_policy(doc: Any) -> Policy:
     if not isinstance(doc, dict):
         raise invalid("policy", "a policy is an object")
     for name in doc:
-        if name not in ("max_in_flight", "max_claims_per_window", "window"):
+        if name not in ("max_in_flight", "max_claims_per_window", "window", *GROUP_FIELDS):
             raise invalid(name, f"unknown policy field {name!r}")
     in_flight = _limit("max_in_flight", doc.get("max_in_flight"), MAX_IN_FLIGHT)
     claims = _limit("max_claims_per_window", doc.get("max_claims_per_window"), MAX_CLAIMS)
     window = None if doc.get("window") is None else parse_window(doc["window"])
-    if in_flight is None and claims is None:
-        raise invalid("max_in_flight", "a policy sets max_in_flight or max_claims_per_window")
+    groups = parse_group_policy(doc, in_flight)
+    if in_flight is None and claims is None and groups == NO_GROUPS:
+        raise invalid(
+            "max_in_flight",
+            "a policy sets max_in_flight, max_claims_per_window or a group field",
+        )
     if claims is not None and window is None:
         raise invalid("window", "max_claims_per_window needs a window")
     if claims is None and window is not None:
         raise invalid("window", "a window applies to max_claims_per_window only")
-    return Policy(in_flight, claims, window)
+    return Policy(in_flight, claims, window, groups)
 
 
 @attrs.frozen
@@ -123,6 +137,15 @@ class PolicyState:
         self.created_by = ""
         self.updated_by = ""
         self.source = "api"
+        #: The queue's groups, when its policy counts them (daemon.admission.groups).
+        self.ring: GroupRing | None = None
+
+    def free(self, running: int) -> int | None:
+        """Free in-flight slots with ``running`` committed (None: no ``max_in_flight``)."""
+        policy = self.policy
+        if policy is None or policy.max_in_flight is None:
+            return None
+        return max(0, policy.max_in_flight - running - self.in_flight_delta)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -167,6 +190,12 @@ class PolicyState:
         if policy.max_in_flight is not None and in_flight >= policy.max_in_flight:
             hint = lease_hint() if lease_hint is not None else None
             return Status("deferred", "in_flight_full", hint, False)
+        ring = self.ring
+        if ring is not None and ring.pending:
+            reason = ring.blocked(self.free(running))
+            if reason is not None:
+                hint = lease_hint() if lease_hint is not None else None
+                return Status("deferred", reason, hint, False)
         return ADMITTED
 
     def room(self, running: int, now_ms: int) -> int | None:
@@ -183,6 +212,9 @@ class PolicyState:
         if policy.max_in_flight is not None:
             left = max(0, policy.max_in_flight - running - self.in_flight_delta)
             room = left if room is None else min(room, left)
+        ring = self.ring
+        if ring is not None and ring.pending and ring.blocked(self.free(running)) is not None:
+            return 0
         return room
 
     def charge(self, n: int) -> Undo:

@@ -161,6 +161,24 @@ class JobStore(Protocol):
         ``caps[queue]`` of a capped queue), in priority, ready_at, id order,
         locked for this transaction. Parked jobs are never read."""
 
+    def ready_groups(
+        self, namespace: str, queue: str, wants: Sequence[tuple[str, int]]
+    ) -> list[JobRow]:
+        """Claim, step 1 of a fair queue: the first claimable jobs of named groups
+        (``(group, n)`` pairs, ``""`` the default group), locked."""
+
+    def ready_except(
+        self, namespace: str, queue: str, limit: int, held: Sequence[str]
+    ) -> list[JobRow]:
+        """Claim, step 1 of a FIFO queue with group limits: the first ``limit``
+        claimable jobs of one queue outside the groups ``held``, locked."""
+
+    def group_counts(
+        self, namespace: str, queue: str, running_only: bool = False
+    ) -> list[tuple[str, str, int]]:
+        """(group, state, count) of one queue's pending and running jobs (or
+        running ones only)."""
+
     def mark_running(
         self, rows: list[JobRow], lease: str, lease_ms: int | None, now: int
     ) -> list[JobRow]:

@@ -46,12 +46,14 @@ class JobRow(NamedTuple):
     result: str | None
     dead: str | None
     parked_on: str | None
+    #: The job's fairness group (``group`` on the wire); None is the default group.
+    grp: str | None = None
 
 
 #: The fields in stored order.
 FIELDS: tuple[str, ...] = JobRow._fields
 
-#: ``as_row(values)``: a JobRow of 22 values in :data:`FIELDS` order (a fetched
+#: ``as_row(values)``: a JobRow of 23 values in :data:`FIELDS` order (a fetched
 #: row or a list), without the keyword-argument call ``JobRow(...)`` costs.
 as_row: Any = partial(tuple.__new__, JobRow)
 
@@ -70,11 +72,11 @@ def to_wire(row: JobRow, payload: Any = _UNSET) -> dict[str, Any]:
 
     ``payload``, when the caller still holds it decoded, saves parsing it again.
     """
-    # One unpacking reads the 22 fields for less than 21 named (or indexed)
+    # One unpacking reads the 23 fields for less than 22 named (or indexed)
     # reads of a tuple subclass: the hot path of every answer (bench/inprocess.py).
     (job_id, namespace, queue, job_type, stored, priority, state, attempts, max_attempts,
      lease_ms, ready_at, created_at, updated_at, finished_at, lease, lease_expires_at,
-     unique_key, budgets, error, result, dead, _parked_on) = row  # fmt: skip
+     unique_key, budgets, error, result, dead, _parked_on, grp) = row  # fmt: skip
     return {
         "id": job_id,
         "namespace": namespace,
@@ -94,6 +96,7 @@ def to_wire(row: JobRow, payload: Any = _UNSET) -> dict[str, Any]:
         "lease_expires_at": lease_expires_at,
         "budgets": [] if budgets is None else _parse(budgets) or [],
         "unique_key": unique_key,
+        "group": grp,
         "error": error,
         "result": None if result is None else _parse(result),
         "dead": None if dead is None else _parse(dead),

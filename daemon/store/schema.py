@@ -243,6 +243,20 @@ def _v7_cluster(db: sqlite_utils.Database) -> None:
     )
 
 
+def _v8_groups(db: sqlite_utils.Database) -> None:
+    # Fairness groups (docs/fairness.md): a job's group (NULL: the default group;
+    # ``group`` is an SQL keyword) and the ready rows by group, so a fair claim
+    # reads the head of one group whatever the backlog of the others.
+    db["jobs"].add_column("grp", str)
+    db.execute(_GROUP_READY)
+
+
+_GROUP_READY = (
+    "CREATE INDEX ix_jobs_group_ready ON jobs(namespace, queue, grp, priority, ready_at, id) "
+    "WHERE state = 'pending' AND parked_on IS NULL"
+)
+
+
 #: Every migration, in order: entry ``i`` is version ``i + 1`` (the version
 #: field says so for the reader; tests/unit/test_schema.py holds them equal).
 MIGRATIONS: list[Migration] = [
@@ -253,6 +267,7 @@ MIGRATIONS: list[Migration] = [
     Migration(5, "policies", _v5_policies, pg.V5_POSTGRES),
     Migration(6, "usage", _v6_usage, pg.V6_POSTGRES),
     Migration(7, "cluster", _v7_cluster, pg.V7_POSTGRES),
+    Migration(8, "groups", _v8_groups, pg.V8_POSTGRES),
 ]
 
 

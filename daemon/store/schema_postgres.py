@@ -157,3 +157,9 @@ V7_POSTGRES = (
         heartbeat_at bigint NOT NULL
     )""",
 )
+
+V8_POSTGRES = (
+    'ALTER TABLE jobs ADD COLUMN grp text COLLATE "C"',
+    "CREATE INDEX ix_jobs_group_ready ON jobs (namespace, queue, grp, priority, ready_at, id) "
+    "WHERE state = 'pending' AND parked_on IS NULL",
+)

@@ -42,6 +42,13 @@ class PolicySetArgs:
     max_in_flight: Any = _UNSET
     max_claims_per_window: Any = _UNSET
     window: Any = _UNSET
+    # The group fields (actors.group_policy; docs/fairness.md).
+    fairness: Any = _UNSET
+    weights: Any = _UNSET
+    default_weight: Any = _UNSET
+    max_in_flight_per_group: Any = _UNSET
+    group_limits: Any = _UNSET
+    min_in_flight: Any = _UNSET
 
     def fields(self) -> dict[str, Any]:
         return {k: v for k, v in attrs.asdict(self).items() if k != "queue" and v is not _UNSET}

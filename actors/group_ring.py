@@ -1,0 +1,205 @@
+"""One group-aware queue's live groups: jobs pending and in flight per group,
+whose turn it is, and which groups a claim may serve now.
+
+Turns (``fairness = "round_robin"``) are stride scheduling, as in weighted
+fair queueing: each group with pending jobs holds a *tag*, the virtual time of
+its next claim; a claim goes to the smallest tag, which then moves on by
+``1 / weight``. A group that gets work joins half a stride after the virtual
+time of the last claim, so it takes its turn at once beside groups with a
+backlog and earns no credit for having been idle. The groups live in a heap:
+a claim costs ``O(log groups)``, whatever the jobs behind them.
+
+Limits per group (``max_in_flight_per_group``, ``group_limits``) and
+reservations (``min_in_flight``) decide which groups may be served:
+
+- a group at its cap is held (``group_in_flight_cap``);
+- a group that *owes* itself slots (it has pending jobs and fewer in flight
+  than its reservation) may always take a free slot;
+- any other group may take one only while the free slots exceed what the
+  owing groups are owed (``reserved_for_other_groups``): a reservation nobody
+  uses is lent to anyone, and once its group has work again, the next slots
+  that free up go to it first. Nothing running is revoked.
+
+Counts change inside a write and are undone with it (every change returns
+its inverse). Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Collection, Mapping
+
+from actors.group_policy import GroupPolicy
+
+Undo = Callable[[], None]
+GROUP_CAP = "group_in_flight_cap"
+RESERVED = "reserved_for_other_groups"
+
+
+class GroupRing:
+    """The groups of one queue whose policy counts groups."""
+
+    def __init__(self, policy: GroupPolicy) -> None:
+        self.policy = policy
+        #: Jobs pending per group (parked ones included), and in flight.
+        self.pending: dict[str, int] = {}
+        self.in_flight: dict[str, int] = {}
+        #: The tag of each group in the heap, and the heap of (tag, order, group).
+        self._tag: dict[str, float] = {}
+        self._heap: list[tuple[float, int, str]] = []
+        self._order = 0
+        #: The virtual time: the tag of the last claim.
+        self.vtime = 0.0
+        #: Claims served per group since start (metrics read it).
+        self.served: dict[str, int] = {}
+
+    # -- counts -----------------------------------------------------------------
+
+    def load(self, pending: Mapping[str, int], in_flight: Mapping[str, int]) -> None:
+        """Start from counts read from the store (start-up, a new policy)."""
+        self.pending = {g: n for g, n in pending.items() if n > 0}
+        self.in_flight = {g: n for g, n in in_flight.items() if n > 0}
+        self._tag.clear()
+        self._heap.clear()
+        for group in sorted(self.pending):
+            self._join(group)
+
+    def moved(self, group: str, pending: int, in_flight: int) -> Undo:
+        """``group`` gained ``pending`` pending jobs and ``in_flight`` running ones
+        (either may be negative); returns the inverse."""
+        if pending:
+            had = self.pending.get(group, 0)
+            now = had + pending
+            if now > 0:
+                self.pending[group] = now
+            else:
+                self.pending.pop(group, None)
+            if had <= 0 < now and group not in self._tag:
+                self._join(group)
+        if in_flight:
+            count = self.in_flight.get(group, 0) + in_flight
+            if count > 0:
+                self.in_flight[group] = count
+            else:
+                self.in_flight.pop(group, None)
+
+        def undo() -> None:
+            self.moved(group, -pending, -in_flight)
+
+        return undo
+
+    def _join(self, group: str) -> None:
+        tag = self.vtime + 0.5 / self.policy.weight(group)
+        self._push(group, tag)
+
+    def _push(self, group: str, tag: float) -> None:
+        self._tag[group] = tag
+        self._order += 1
+        heapq.heappush(self._heap, (tag, self._order, group))
+
+    # -- who may be served --------------------------------------------------------
+
+    def owed(self, group: str, extra: int = 0, pending: int | None = None) -> int:
+        """Slots ``group``'s reservation still claims now (0 without pending work)."""
+        reserved = self.policy.min_in_flight.get(group, 0)
+        if not reserved or not (self.pending.get(group, 0) if pending is None else pending):
+            return 0
+        cap = self.policy.cap(group)
+        if cap is not None:
+            reserved = min(reserved, cap)
+        return max(0, reserved - self.in_flight.get(group, 0) - extra)
+
+    def owed_total(self, extra: Mapping[str, int] | None = None,
+                   taken: Mapping[str, int] | None = None) -> int:  # fmt: skip
+        """Slots every reservation still claims (``extra`` in flight and ``taken``
+        pending per group: a claim's own picks so far)."""
+        total = 0
+        for group in self.policy.min_in_flight:
+            left = self.pending.get(group, 0) - (taken or {}).get(group, 0)
+            total += self.owed(group, (extra or {}).get(group, 0), left)
+        return total
+
+    def held(self, group: str, free: int | None, extra: int = 0,
+             owed_total: int | None = None) -> str | None:  # fmt: skip
+        """Why ``group`` may not take a slot now (None: it may). ``free`` is the
+        queue's free slots (None: no ``max_in_flight``), ``extra`` the group's
+        claims of this claim so far."""
+        policy = self.policy
+        cap = policy.cap(group)
+        if cap is not None and self.in_flight.get(group, 0) + extra >= cap:
+            return GROUP_CAP
+        if free is None or not policy.min_in_flight:
+            return None
+        if self.owed(group, extra) > 0:
+            return None
+        owed = self.owed_total() if owed_total is None else owed_total
+        return RESERVED if free <= owed else None
+
+    def blocked(self, free: int | None) -> str | None:
+        """Why no group with pending jobs may take a slot (None: one may, or none
+        has pending jobs). A reservation outranks a cap in the answer."""
+        if not self.pending:
+            return None
+        owed = self.owed_total() if self.policy.min_in_flight else 0
+        reasons = set()
+        for group in self.pending:
+            reason = self.held(group, free, 0, owed)
+            if reason is None:
+                return None
+            reasons.add(reason)
+        return RESERVED if RESERVED in reasons else GROUP_CAP
+
+    def held_groups(self, free: int | None) -> set[str]:
+        """The groups with pending jobs that may not take a slot now."""
+        owed = self.owed_total() if self.policy.min_in_flight else 0
+        return {g for g in self.pending if self.held(g, free, 0, owed) is not None}
+
+    # -- turns ------------------------------------------------------------------
+
+    def plan(self, n: int, free: int | None, spent: Collection[str] = (),
+             extra: dict[str, int] | None = None) -> list[str]:  # fmt: skip
+        """The groups of the next ``n`` claims, in turn (fewer when the groups
+        that may be served run out). ``spent``: groups the claim found empty;
+        ``extra``: the claim's picks so far by group (not yet in flight),
+        updated with these.
+
+        Each turn given moves its group's tag on; a turn the claim then finds no
+        row for is not given back (the group's next turn comes a stride later).
+        """
+        picks: list[str] = []
+        extra = {} if extra is None else extra
+        aside: list[str] = []
+        heap, tags, policy = self._heap, self._tag, self.policy
+        reserving = bool(policy.min_in_flight) and free is not None
+        while len(picks) < n and heap:
+            tag, _order, group = heapq.heappop(heap)
+            if tags.get(group) != tag:
+                continue  # a stale entry
+            pending = self.pending.get(group, 0)
+            if pending <= 0:
+                del tags[group]  # idle: it rejoins when it gets work
+                continue
+            mine = extra.get(group, 0)
+            owed = self.owed_total(extra, extra) if reserving else None
+            if group in spent or mine >= pending or self.held(group, free, mine, owed):
+                aside.append(group)
+                continue
+            picks.append(group)
+            extra[group] = mine + 1
+            if free is not None:
+                free -= 1
+            self.vtime = tag
+            self._push(group, tag + 1.0 / policy.weight(group))
+        for group in aside:
+            # Held back groups keep their place but earn no credit meanwhile.
+            tag = max(tags[group], self.vtime)
+            self._push(group, tag)
+        return picks
+
+    def served_one(self, group: str) -> None:
+        """A claim of ``group`` committed (counted for metrics)."""
+        self.served[group] = self.served.get(group, 0) + 1
+
+    def groups(self) -> list[str]:
+        """Every group with jobs pending or in flight, by name."""
+        return sorted(self.pending.keys() | self.in_flight.keys())
