@@ -1,13 +1,11 @@
 """One group-aware queue's live groups: jobs pending and in flight per group,
 whose turn it is, and which groups a claim may serve now.
 
-Turns (``fairness = "round_robin"``) are stride scheduling, as in weighted
-fair queueing: each group with pending jobs holds a *tag*, the virtual time of
-its next claim; a claim goes to the smallest tag, which then moves on by
-``1 / weight``. A group that gets work joins half a stride after the virtual
-time of the last claim, so it takes its turn at once beside groups with a
-backlog and earns no credit for having been idle. The groups live in a heap:
-a claim costs ``O(log groups)``, whatever the jobs behind them.
+Turns (``fairness = "round_robin"``) are smooth weighted round robin among
+the groups with pending jobs (:class:`~actors.turns.Turns`): a group that
+gets work joins at once, beside groups with a backlog, and earns no credit
+for having been idle. A claim costs ``O(weights + log groups)``, whatever the
+jobs behind them.
 
 Limits per group (``max_in_flight_per_group``, ``group_limits``) and
 reservations (``min_in_flight``) decide which groups may be served:
@@ -26,10 +24,10 @@ its inverse). Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable, Collection, Mapping
 
 from actors.group_policy import GroupPolicy
+from actors.turns import Turns
 
 Undo = Callable[[], None]
 GROUP_CAP = "group_in_flight_cap"
@@ -44,12 +42,8 @@ class GroupRing:
         #: Jobs pending per group (parked ones included), and in flight.
         self.pending: dict[str, int] = {}
         self.in_flight: dict[str, int] = {}
-        #: The tag of each group in the heap, and the heap of (tag, order, group).
-        self._tag: dict[str, float] = {}
-        self._heap: list[tuple[float, int, str]] = []
-        self._order = 0
-        #: The virtual time: the tag of the last claim.
-        self.vtime = 0.0
+        #: Whose turn it is among the groups with pending jobs.
+        self.turns = Turns()
         #: Claims served per group since start (metrics read it).
         self.served: dict[str, int] = {}
 
@@ -59,10 +53,9 @@ class GroupRing:
         """Start from counts read from the store (start-up, a new policy)."""
         self.pending = {g: n for g, n in pending.items() if n > 0}
         self.in_flight = {g: n for g, n in in_flight.items() if n > 0}
-        self._tag.clear()
-        self._heap.clear()
+        self.turns = Turns()
         for group in sorted(self.pending):
-            self._join(group)
+            self.turns.join(group, self.policy.weight(group))
 
     def moved(self, group: str, pending: int, in_flight: int) -> Undo:
         """``group`` gained ``pending`` pending jobs and ``in_flight`` running ones
@@ -74,8 +67,10 @@ class GroupRing:
                 self.pending[group] = now
             else:
                 self.pending.pop(group, None)
-            if had <= 0 < now and group not in self._tag:
-                self._join(group)
+            if had <= 0 < now:
+                self.turns.join(group, self.policy.weight(group))
+            elif now <= 0 < had:
+                self.turns.leave(group)
         if in_flight:
             count = self.in_flight.get(group, 0) + in_flight
             if count > 0:
@@ -87,15 +82,6 @@ class GroupRing:
             self.moved(group, -pending, -in_flight)
 
         return undo
-
-    def _join(self, group: str) -> None:
-        tag = self.vtime + 0.5 / self.policy.weight(group)
-        self._push(group, tag)
-
-    def _push(self, group: str, tag: float) -> None:
-        self._tag[group] = tag
-        self._order += 1
-        heapq.heappush(self._heap, (tag, self._order, group))
 
     # -- who may be served --------------------------------------------------------
 
@@ -163,37 +149,27 @@ class GroupRing:
         ``extra``: the claim's picks so far by group (not yet in flight),
         updated with these.
 
-        Each turn given moves its group's tag on; a turn the claim then finds no
-        row for is not given back (the group's next turn comes a stride later).
+        A turn the claim then finds no row for is not given back.
         """
         picks: list[str] = []
         extra = {} if extra is None else extra
-        aside: list[str] = []
-        heap, tags, policy = self._heap, self._tag, self.policy
-        reserving = bool(policy.min_in_flight) and free is not None
-        while len(picks) < n and heap:
-            tag, _order, group = heapq.heappop(heap)
-            if tags.get(group) != tag:
-                continue  # a stale entry
-            pending = self.pending.get(group, 0)
-            if pending <= 0:
-                del tags[group]  # idle: it rejoins when it gets work
-                continue
-            mine = extra.get(group, 0)
+        reserving = bool(self.policy.min_in_flight) and free is not None
+        while len(picks) < n:
             owed = self.owed_total(extra, extra) if reserving else None
-            if group in spent or mine >= pending or self.held(group, free, mine, owed):
-                aside.append(group)
-                continue
+
+            def passed_over(group: str, free: int | None = free, owed: int | None = owed) -> bool:
+                mine = extra.get(group, 0)
+                if group in spent or mine >= self.pending.get(group, 0):
+                    return True
+                return self.held(group, free, mine, owed) is not None
+
+            group = self.turns.next(passed_over)
+            if group is None:
+                break
             picks.append(group)
-            extra[group] = mine + 1
+            extra[group] = extra.get(group, 0) + 1
             if free is not None:
                 free -= 1
-            self.vtime = tag
-            self._push(group, tag + 1.0 / policy.weight(group))
-        for group in aside:
-            # Held back groups keep their place but earn no credit meanwhile.
-            tag = max(tags[group], self.vtime)
-            self._push(group, tag)
         return picks
 
     def served_one(self, group: str) -> None:

@@ -67,6 +67,7 @@ class Groups:
             ring.load(before.pending, before.in_flight)
             ring.served = before.served
         else:
+            store.jobs.adopt_default_group(*key)
             _count(store, key, ring)
         state.ring = ring
         self.rings[key] = ring

@@ -223,8 +223,13 @@ class JobStore(Protocol):
         """Complete running jobs ((row, result JSON) each), all or none: None
         when any lease guard failed, having changed nothing."""
 
-    def replay(self, before: JobRow, now: int) -> JobRow:
-        """A dead letter back to pending: attempts 0, no error, no dead record."""
+    def replay(self, before: JobRow, now: int, grouped: bool = False) -> JobRow:
+        """A dead letter back to pending: attempts 0, no error, no dead record
+        (``grouped``: into the default group ``''`` of a queue counting groups)."""
+
+    def adopt_default_group(self, namespace: str, queue: str) -> int:
+        """A queue starts counting groups: its unfinished jobs without a group go
+        to the default group ``''``; how many."""
 
     def promote_due(self, now: int, batch: int = 1000) -> list[JobRow]:
         """Scheduled jobs whose ``ready_at`` is at or before ``now`` become

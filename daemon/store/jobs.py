@@ -263,19 +263,13 @@ _READY_ROWS = "state = 'pending' AND parked_on IS NULL"
 _ORDER = "ORDER BY priority, ready_at, id"
 
 
-def _group_is(group: str) -> str:
-    # The default group is stored NULL (a job without ``group``); both forms use
-    # ix_jobs_group_ready.
-    return "grp IS NULL" if group == "" else "grp = ?"
-
-
-def _group_probes(groups: Sequence[str], postgres: bool) -> str:
+def _group_probes(groups: int, postgres: bool) -> str:
     """One LIMITed probe of ix_jobs_group_ready per group, as one statement."""
     if postgres:
         probes = [
             f"(SELECT id, priority, ready_at FROM jobs WHERE namespace = ? AND queue = ? "
-            f"AND {_group_is(g)} AND {_READY_ROWS} {_ORDER} LIMIT ?)"
-            for g in groups
+            f"AND grp = ? AND {_READY_ROWS} {_ORDER} LIMIT ?)"
+            for _g in range(groups)
         ]
         return (
             f"SELECT {COLS} FROM jobs WHERE {_READY_ROWS} AND id IN "
@@ -284,30 +278,27 @@ def _group_probes(groups: Sequence[str], postgres: bool) -> str:
         )
     probes = [
         f"SELECT * FROM (SELECT {COLS} FROM jobs INDEXED BY ix_jobs_group_ready "
-        f"WHERE namespace = ? AND queue = ? AND {_group_is(g)} AND {_READY_ROWS} {_ORDER} LIMIT ?)"
-        for g in groups
+        f"WHERE namespace = ? AND queue = ? AND grp = ? AND {_READY_ROWS} {_ORDER} LIMIT ?)"
+        for _g in range(groups)
     ]
     return " UNION ALL ".join(probes)
 
 
-_GROUP_SQL: dict[tuple[bool, int, bool], str] = {}
+_GROUP_SQL: dict[tuple[bool, int], str] = {}
 
 
 def _ready_groups(conn: Any, namespace: str, queue: str, wants: Sequence[tuple[str, int]],
                   postgres: bool) -> list[Row]:  # fmt: skip
-    # The default group first; the list padded to a power of two (LIMIT 0) so a
-    # few statement texts serve every number of groups.
-    wants = sorted(wants, key=lambda w: w[0] != "")
-    default = wants[0][0] == ""
+    # Padded to a power of two (LIMIT 0) so a few statement texts serve every
+    # number of groups.
     size = 1 << (len(wants) - 1).bit_length()
     wants = [*wants, *[(wants[-1][0], 0)] * (size - len(wants))]
-    key = (postgres, size, default)
-    statement = _GROUP_SQL.get(key)
+    statement = _GROUP_SQL.get((postgres, size))
     if statement is None:
-        statement = _GROUP_SQL[key] = _group_probes([g for g, _n in wants], postgres)
+        statement = _GROUP_SQL[(postgres, size)] = _group_probes(size, postgres)
     params: list[Any] = []
     for group, n in wants:
-        params += (namespace, queue, n) if group == "" else (namespace, queue, group, n)
+        params += (namespace, queue, group, n)
     return list(map(as_row, conn.execute(statement, params)))
 
 
@@ -315,7 +306,8 @@ def ready_groups(
     conn: sqlite3.Connection, namespace: str, queue: str, wants: Sequence[tuple[str, int]]
 ) -> list[Row]:
     """The first claimable jobs of named groups of one queue: ``wants`` is
-    ``(group, n)`` pairs (``""``: the default group). One LIMITed probe of
+    ``(group, n)`` pairs (``""``: the default group, stored so in a queue that
+    counts groups). One LIMITed probe of
     ix_jobs_group_ready per group, so a group's backlog costs nothing."""
     return _ready_groups(conn, namespace, queue, wants, False)
 
@@ -327,17 +319,16 @@ def ready_groups_postgres(
     return _ready_groups(conn, namespace, queue, wants, True)
 
 
-def _except_sql(namespace_queue: str, held: Sequence[str], postgres: bool) -> tuple[str, list]:
-    named = [g for g in held if g != ""]
-    parts = ["grp IS NOT NULL"] if "" in held else []
-    if named:
-        inside = f"grp NOT IN ({', '.join('?' * len(named))})"
-        parts.append(inside if "" in held else f"(grp IS NULL OR {inside})")
+def _except_sql(held: Sequence[str], postgres: bool) -> tuple[str, list[str]]:
+    # The default group is NULL or '' (in a queue that counts groups).
+    named = sorted(set(held) | ({""} if "" in held else set()))
+    inside = f"grp NOT IN ({', '.join('?' * len(named))})"
+    test = f"grp IS NOT NULL AND {inside}" if "" in held else f"(grp IS NULL OR {inside})"
     index = "" if postgres else " INDEXED BY ix_jobs_ready"
     lock = " FOR UPDATE SKIP LOCKED" if postgres else ""
     statement = (
-        f"SELECT {COLS} FROM jobs{index} WHERE {namespace_queue} AND {_READY_ROWS} "
-        f"AND {' AND '.join(parts)} {_ORDER} LIMIT ?{lock}"
+        f"SELECT {COLS} FROM jobs{index} WHERE namespace = ? AND queue = ? AND {_READY_ROWS} "
+        f"AND {test} {_ORDER} LIMIT ?{lock}"
     )
     return statement, named
 
@@ -348,7 +339,7 @@ def ready_except(
     """The first ``limit`` claimable jobs of one queue in claim order, skipping the
     groups ``held`` (at their caps): a FIFO queue with group limits. It reads
     past the held groups' rows ahead of the first it returns."""
-    statement, named = _except_sql("namespace = ? AND queue = ?", held, False)
+    statement, named = _except_sql(held, False)
     return list(map(as_row, conn.execute(statement, (namespace, queue, *named, limit))))
 
 
@@ -356,27 +347,30 @@ def ready_except_postgres(
     conn: Any, namespace: str, queue: str, limit: int, held: Sequence[str]
 ) -> list[Row]:
     """:func:`ready_except` on PostgreSQL, the rows locked (``SKIP LOCKED``)."""
-    statement, named = _except_sql("namespace = ? AND queue = ?", held, True)
+    statement, named = _except_sql(held, True)
     return list(map(as_row, conn.execute(statement, (namespace, queue, *named, limit))))
 
 
 def group_counts(
-    conn: sqlite3.Connection, namespace: str, queue: str
+    conn: sqlite3.Connection, namespace: str, queue: str, running_only: bool = False
 ) -> list[tuple[str, str, int]]:
     """(group, state, count) of one queue's pending and running jobs (group
     ``""``: the default): a group ring's start. Ready rows are counted from
     ix_jobs_group_ready, parked ones from ix_jobs_parked, running ones from
-    ix_jobs_lease; finished rows are never read."""
-    out = conn.execute(
-        "SELECT coalesce(grp, ''), 'pending', count(*) FROM jobs "
-        f"WHERE namespace = ? AND queue = ? AND {_READY_ROWS} GROUP BY grp",
-        (namespace, queue),
-    ).fetchall()
-    out += conn.execute(
-        "SELECT coalesce(grp, ''), 'pending', count(*) FROM jobs WHERE namespace = ? "
-        "AND parked_on IS NOT NULL AND queue = ? AND state = 'pending' GROUP BY grp",
-        (namespace, queue),
-    ).fetchall()
+    ix_jobs_lease; finished rows are never read. ``running_only``: running
+    jobs only (what runs, never the backlog)."""
+    out = []
+    if not running_only:
+        out += conn.execute(
+            "SELECT grp, 'pending', count(*) FROM jobs WHERE namespace = ? AND queue = ? "
+            f"AND grp IS NOT NULL AND {_READY_ROWS} GROUP BY grp",
+            (namespace, queue),
+        ).fetchall()
+        out += conn.execute(
+            "SELECT coalesce(grp, ''), 'pending', count(*) FROM jobs WHERE namespace = ? "
+            "AND parked_on IS NOT NULL AND queue = ? AND state = 'pending' GROUP BY grp",
+            (namespace, queue),
+        ).fetchall()
     out += conn.execute(
         "SELECT coalesce(grp, ''), 'running', count(*) FROM jobs WHERE state = 'running' "
         "AND namespace = ? AND queue = ? GROUP BY grp",
@@ -557,13 +551,28 @@ def complete_many(
     return done
 
 
-def replay(conn: sqlite3.Connection, before: Row, now: int) -> Row:
-    """A dead letter back to pending: attempts 0, no error, no dead record."""
+def replay(conn: sqlite3.Connection, before: Row, now: int, grouped: bool = False) -> Row:
+    """A dead letter back to pending: attempts 0, no error, no dead record.
+    ``grouped``: its queue counts groups, so a job of the default group is
+    stored in it as ``''`` (see :func:`adopt_default_group`)."""
     changes = {
         "state": lc.check("replay", before[STATE], lc.PENDING), "attempts": 0, "ready_at": now,
         "updated_at": now, "finished_at": None, "error": None, "result": None, "dead": None,
     }  # fmt: skip
+    if grouped and before[GRP] is None:
+        changes["grp"] = ""
     return update(conn, before, changes)
+
+
+def adopt_default_group(conn: sqlite3.Connection, namespace: str, queue: str) -> int:
+    """A queue starts counting groups: its unfinished jobs without a group are
+    stored in the default group ``''``, so ix_jobs_group_ready holds them (once,
+    when the policy is set; the queue's rows are read once)."""
+    return conn.execute(
+        "UPDATE jobs SET grp = '' WHERE namespace = ? AND queue = ? AND grp IS NULL "
+        "AND state IN ('scheduled', 'pending', 'running')",
+        (namespace, queue),
+    ).rowcount
 
 
 def _state_is(states: Sequence[str]) -> str:

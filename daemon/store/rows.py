@@ -46,7 +46,8 @@ class JobRow(NamedTuple):
     result: str | None
     dead: str | None
     parked_on: str | None
-    #: The job's fairness group (``group`` on the wire); None is the default group.
+    #: The job's fairness group (``group`` on the wire): None, or ``''`` in a
+    #: queue that counts groups, is the default group.
     grp: str | None = None
 
 
@@ -96,7 +97,7 @@ def to_wire(row: JobRow, payload: Any = _UNSET) -> dict[str, Any]:
         "lease_expires_at": lease_expires_at,
         "budgets": [] if budgets is None else _parse(budgets) or [],
         "unique_key": unique_key,
-        "group": grp,
+        "group": grp or None,  # '': the default group of a queue counting groups
         "error": error,
         "result": None if result is None else _parse(result),
         "dead": None if dead is None else _parse(dead),

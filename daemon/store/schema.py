@@ -244,16 +244,18 @@ def _v7_cluster(db: sqlite_utils.Database) -> None:
 
 
 def _v8_groups(db: sqlite_utils.Database) -> None:
-    # Fairness groups (docs/fairness.md): a job's group (NULL: the default group;
-    # ``group`` is an SQL keyword) and the ready rows by group, so a fair claim
-    # reads the head of one group whatever the backlog of the others.
+    # Fairness groups (docs/fairness.md): a job's group (``group`` is an SQL
+    # keyword) and the ready rows by group, so a fair claim reads the head of
+    # one group whatever the backlog of the others. A job without a group is
+    # NULL, and out of the index, so a queue that counts no groups pays
+    # nothing for it; in a queue that does, the default group is stored ''.
     db["jobs"].add_column("grp", str)
     db.execute(_GROUP_READY)
 
 
 _GROUP_READY = (
     "CREATE INDEX ix_jobs_group_ready ON jobs(namespace, queue, grp, priority, ready_at, id) "
-    "WHERE state = 'pending' AND parked_on IS NULL"
+    "WHERE state = 'pending' AND parked_on IS NULL AND grp IS NOT NULL"
 )
 
 

@@ -161,5 +161,5 @@ V7_POSTGRES = (
 V8_POSTGRES = (
     'ALTER TABLE jobs ADD COLUMN grp text COLLATE "C"',
     "CREATE INDEX ix_jobs_group_ready ON jobs (namespace, queue, grp, priority, ready_at, id) "
-    "WHERE state = 'pending' AND parked_on IS NULL",
+    "WHERE state = 'pending' AND parked_on IS NULL AND grp IS NOT NULL",
 )

@@ -199,6 +199,7 @@ def _enqueue_one(
     else:
         ready_at = now
     state = lc.arrival_state(ready_at, now)
+    rings = core.policies.groups.rings  # a queue counting groups stores the default as ''
     bound: str | None = None
     parked_on: str | None = None
     if a.budgets:
@@ -209,7 +210,8 @@ def _enqueue_one(
     row = as_row((
         core.ids.mint(now), namespace, a.queue, a.type, payload, a.priority, state, 0,
         a.max_attempts, a.lease_ms or core.config.daemon.lease, ready_at, now, now, None, None,
-        None, a.unique_key, bound, None, None, None, parked_on, a.group,
+        None, a.unique_key, bound, None, None, None, parked_on,
+        a.group if a.group is not None or not rings or (namespace, a.queue) not in rings else "",
     ))  # fmt: skip
     if a.unique_key is not None:
         tx.store.jobs.insert([row])
