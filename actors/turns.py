@@ -126,8 +126,10 @@ class Turns:
         if taker is None:
             self.turn -= 1
             return None
+        # The taker pays for the members that could take the turn: those passed
+        # over sit it out, so their weights are not charged to it.
         weight, base, order = members[taker]
-        self._set(taker, weight, base - self.total, order)
+        self._set(taker, weight, base - self.total + sum(members[m][0] for m in aside), order)
         return taker
 
     def _choose(self, heads: list[tuple[int, int, str, int]]) -> tuple[int, int, str, int] | None:

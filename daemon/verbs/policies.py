@@ -162,5 +162,27 @@ def admission_status(core: Services, call: Call, a: StatusArgs) -> Plan:
             "window_resets_at": state.window_end if windowed else None,
             "pending": core.counts.get(key, lc.PENDING),
             "status": status.to_dict(),
+            **group_rows(state),
         })  # fmt: skip
     return answer_now({"queues": out})
+
+
+#: Groups ``admission_status`` lists per queue at most.
+MAX_GROUPS_SHOWN = 1000
+
+
+def group_rows(state: PolicyState) -> dict[str, Any]:
+    """``admission_status``'s ``groups`` of a queue (by name, at most
+    :data:`MAX_GROUPS_SHOWN`) and ``groups_truncated``."""
+    ring = state.ring
+    if ring is None:
+        return {"groups": [], "groups_truncated": False}
+    names = ring.groups()
+    policy = ring.policy
+    rows = [
+        {"group": g or None, "pending": ring.pending.get(g, 0),
+         "in_flight": ring.in_flight.get(g, 0), "reserved": policy.min_in_flight.get(g, 0),
+         "weight": policy.weight(g)}
+        for g in names[:MAX_GROUPS_SHOWN]
+    ]  # fmt: skip
+    return {"groups": rows, "groups_truncated": len(names) > MAX_GROUPS_SHOWN}

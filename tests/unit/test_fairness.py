@@ -202,8 +202,11 @@ async def test_the_ring_is_rebuilt_at_a_restart(tmp_path, autojump_clock):
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(others=st.integers(1, 10), backlog=st.lists(st.integers(0, 40), min_size=11, max_size=11),
-       arrivals=st.lists(st.tuples(st.integers(0, 10), st.integers(1, 20)), max_size=12))
+@given(
+    others=st.integers(1, 10),
+    backlog=st.lists(st.integers(0, 40), min_size=11, max_size=11),
+    arrivals=st.lists(st.tuples(st.integers(0, 10), st.integers(1, 20)), max_size=12),
+)
 def test_weighted_shares_stay_within_one_over_any_40_claims(others, backlog, arrivals):
     """Weights A=3, others 1: while every group has work, any 40 consecutive
     claims give each group its weighted share, +-1."""
