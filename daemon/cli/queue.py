@@ -33,6 +33,7 @@ from actors.limits import NAME_RE
 from daemon.cli.context import Context, UsageError
 from daemon.cli.jobs import int_range
 from daemon.cli.output import emit_json
+from daemon.cli.queue_groups import add_group_options, describe_groups, group_fields
 from daemon.cli.quota import namespace_name
 
 #: ``actors.policy``'s bounds (seed 002 REQ-1).
@@ -111,6 +112,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     set_.add_argument("--start", type=start_time, metavar="HH:MM",
                       help="when each window starts (default 00:00; hourly: 00:MM)")  # fmt: skip
     set_.add_argument("--weekday", choices=WEEKDAYS, help="the day a weekly window starts")
+    add_group_options(set_)
     _namespace_option(set_)
     set_.set_defaults(run=run_set)
     clear = verbs.add_parser("clear", parents=[common], help="remove the policy: no limits")
@@ -132,12 +134,14 @@ def _scope(args: argparse.Namespace) -> dict[str, Any]:
 
 def policy_of(args: argparse.Namespace) -> dict[str, Any]:
     """The fields ``set`` sends; :class:`UsageError` (exit 2) naming the option."""
-    if args.max_in_flight is None and args.max_claims_per_window is None:
+    groups = group_fields(args)
+    if args.max_in_flight is None and args.max_claims_per_window is None and not groups:
         raise UsageError(
-            "queue budget set: give --max-in-flight or --max-claims-per-window, or both "
-            "(set replaces the whole policy; to remove it: sluice queue budget clear)"
+            "queue budget set: give --max-in-flight or --max-claims-per-window, or both, "
+            "or a group option (set replaces the whole policy; to remove it: sluice queue "
+            "budget clear)"
         )
-    fields: dict[str, Any] = {}
+    fields: dict[str, Any] = dict(groups)
     if args.max_in_flight is not None:
         fields["max_in_flight"] = args.max_in_flight
     given = [o for o in WINDOW_OPTIONS if getattr(args, o[2:]) is not None]
@@ -215,6 +219,7 @@ def describe(policy: dict[str, Any] | None) -> str:
     if policy.get("max_claims_per_window") is not None:
         parts.append(f"max_claims_per_window {policy['max_claims_per_window']} "
                      f"{describe_window(policy.get('window'))}")  # fmt: skip
+    parts += describe_groups(policy)
     return DOT.join(parts) or "no limits"
 
 

@@ -3,8 +3,12 @@ over the socket and HTTP, on both stores."""
 
 from __future__ import annotations
 
+import json
+import time
+
 import pytest
 
+from daemon.cli.main import main as sluice_main
 from tests.support import metric
 
 pytestmark = pytest.mark.e2e
@@ -45,3 +49,46 @@ def test_round_robin_over_the_socket_and_http(daemon, connect):
             2,
         )
     assert metric(daemon.metrics(), "sluicegate_group_claims_total", queue="q", group="A") == 4
+
+
+def test_the_cli_sets_group_fields_and_enqueues_with_a_group(daemon, connect, capsys,
+                                                            monkeypatch):  # fmt: skip
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+
+    def cli(*args: str) -> tuple[int, str, str]:
+        status = sluice_main([*args, "--socket", str(daemon.socket)])
+        out, err = capsys.readouterr()
+        return status, out, err
+
+    status, out, err = cli("queue", "budget", "set", "tiers", "--max-in-flight", "10",
+                           "--fairness", "round_robin", "--weight", "gold=3",
+                           "--min-in-flight", "gold=2", "--per-group", "5",
+                           "--group-limit", "gold=8")  # fmt: skip
+    assert (status, err) == (0, "")
+    assert out == ("saved the policy of queue 'tiers': max_in_flight 10 · round robin (weights "
+                   "gold=3; others 1) · 5 in flight per group · group limits gold=8 · "
+                   "reserved gold=2\n")  # fmt: skip
+    policy = connect(daemon).ok("policy_get", queue="tiers")["policy"]
+    assert (policy["weights"], policy["min_in_flight"], policy["max_in_flight_per_group"]) == (
+        {"gold": 3},
+        {"gold": 2},
+        5,
+    )
+    status, out, _err = cli("enqueue", "tiers", "t", "--group", "gold", "--json")
+    assert status == 0 and json.loads(out)["job"]["group"] == "gold"
+    # What the CLI refuses itself: exit 2, naming the option, nothing sent.
+    for args, named in ((("--weight", "gold"), "--weight"),
+                        (("--weight", "gold=0"), "--weight"),
+                        (("--min-in-flight", "a=1", "--min-in-flight", "a=2"), "--min-in-flight"),
+                        (("--per-group", "-1"), "--per-group"),
+                        (("--fairness", "lifo"), "--fairness")):  # fmt: skip
+        status, _out, err = cli("queue", "budget", "set", "tiers", *args)
+        assert status == 2 and named in err, (args, err)
+    assert cli("enqueue", "tiers", "t", "--group", "")[0] == 2
+    # The daemon's refusal: reservations over max_in_flight, exit 1.
+    status, _out, err = cli("queue", "budget", "set", "tiers", "--max-in-flight", "3",
+                            "--min-in-flight", "gold=4")  # fmt: skip
+    assert status == 1 and "invalid_argument" in err and "min_in_flight" in err
+    monkeypatch.delenv("TZ")
+    time.tzset()
