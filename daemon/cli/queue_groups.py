@@ -18,6 +18,11 @@ from actors.limits import valid_group
 from daemon.cli.context import UsageError
 from daemon.cli.jobs import int_range
 
+#: argparse dest -> policy field, for the options of one value
+SCALARS = {
+    "fairness": "fairness", "default_weight": "default_weight",
+    "per_group": "max_in_flight_per_group",
+}  # fmt: skip
 #: option -> (policy field, least value, greatest value)
 MAPS = {
     "--weight": ("weights", 1, MAX_WEIGHT),
@@ -45,13 +50,10 @@ def add_group_options(parser: argparse.ArgumentParser) -> None:
 
 def group_fields(args: argparse.Namespace) -> dict[str, Any]:
     """The group fields ``set`` sends (none given: none); exit 2 naming the option."""
-    fields: dict[str, Any] = {}
-    if args.fairness is not None:
-        fields["fairness"] = args.fairness
-    if args.default_weight is not None:
-        fields["default_weight"] = args.default_weight
-    if args.per_group is not None:
-        fields["max_in_flight_per_group"] = args.per_group
+    fields: dict[str, Any] = {
+        field: getattr(args, dest) for dest, field in SCALARS.items()
+        if getattr(args, dest) is not None
+    }  # fmt: skip
     for option, (field, lo, hi) in MAPS.items():
         pairs = getattr(args, option[2:].replace("-", "_"))
         if pairs:
