@@ -42,6 +42,9 @@ class GroupRing:
         #: Jobs pending per group (parked ones included), and in flight.
         self.pending: dict[str, int] = {}
         self.in_flight: dict[str, int] = {}
+        #: Groups another daemon may have given work (several daemons share the
+        #: store): claimable until a claim finds none, whatever the count says.
+        self.unknown: set[str] = set()
         #: Whose turn it is among the groups with pending jobs.
         self.turns = Turns()
         #: Claims served per group since start (metrics read it).
@@ -53,6 +56,7 @@ class GroupRing:
         """Start from counts read from the store (start-up, a new policy)."""
         self.pending = {g: n for g, n in pending.items() if n > 0}
         self.in_flight = {g: n for g, n in in_flight.items() if n > 0}
+        self.unknown = set()
         self.turns = Turns()
         for group in sorted(self.pending):
             self.turns.join(group, self.policy.weight(group))
@@ -69,7 +73,7 @@ class GroupRing:
                 self.pending.pop(group, None)
             if had <= 0 < now:
                 self.turns.join(group, self.policy.weight(group))
-            elif now <= 0 < had:
+            elif now <= 0 < had and group not in self.unknown:
                 self.turns.leave(group)
         if in_flight:
             count = self.in_flight.get(group, 0) + in_flight
@@ -83,12 +87,34 @@ class GroupRing:
 
         return undo
 
+    def assume(self, groups: Collection[str]) -> None:
+        """Groups the store shows with claimable jobs, counts unknown (another
+        daemon enqueued them): served in turn until a claim finds them empty."""
+        for group in groups:
+            self.unknown.add(group)
+            self.turns.join(group, self.policy.weight(group))
+
+    def found_empty(self, group: str) -> None:
+        """A claim found no claimable job of ``group``: not assumed any more."""
+        if group in self.unknown:
+            self.unknown.discard(group)
+            if self.pending.get(group, 0) <= 0:
+                self.turns.leave(group)
+
+    def left(self, group: str) -> int:
+        """Jobs of ``group`` a claim may expect (unknown: as many as it asks)."""
+        return self.pending.get(group, 0) + (1 << 30 if group in self.unknown else 0)
+
+    def with_work(self) -> set[str]:
+        """The groups with pending jobs (counted or assumed)."""
+        return self.pending.keys() | self.unknown
+
     # -- who may be served --------------------------------------------------------
 
     def owed(self, group: str, extra: int = 0, pending: int | None = None) -> int:
         """Slots ``group``'s reservation still claims now (0 without pending work)."""
         reserved = self.policy.min_in_flight.get(group, 0)
-        if not reserved or not (self.pending.get(group, 0) if pending is None else pending):
+        if not reserved or not (self.left(group) if pending is None else pending):
             return 0
         cap = self.policy.cap(group)
         if cap is not None:
@@ -101,7 +127,7 @@ class GroupRing:
         pending per group: a claim's own picks so far)."""
         total = 0
         for group in self.policy.min_in_flight:
-            left = self.pending.get(group, 0) - (taken or {}).get(group, 0)
+            left = self.left(group) - (taken or {}).get(group, 0)
             total += self.owed(group, (extra or {}).get(group, 0), left)
         return total
 
@@ -124,11 +150,11 @@ class GroupRing:
     def blocked(self, free: int | None) -> str | None:
         """Why no group with pending jobs may take a slot (None: one may, or none
         has pending jobs). A reservation outranks a cap in the answer."""
-        if not self.pending:
+        if not self.pending and not self.unknown:
             return None
         owed = self.owed_total() if self.policy.min_in_flight else 0
         reasons = set()
-        for group in self.pending:
+        for group in self.with_work():
             reason = self.held(group, free, 0, owed)
             if reason is None:
                 return None
@@ -138,7 +164,7 @@ class GroupRing:
     def held_groups(self, free: int | None) -> set[str]:
         """The groups with pending jobs that may not take a slot now."""
         owed = self.owed_total() if self.policy.min_in_flight else 0
-        return {g for g in self.pending if self.held(g, free, 0, owed) is not None}
+        return {g for g in self.with_work() if self.held(g, free, 0, owed) is not None}
 
     # -- turns ------------------------------------------------------------------
 
@@ -159,7 +185,7 @@ class GroupRing:
 
             def passed_over(group: str, free: int | None = free, owed: int | None = owed) -> bool:
                 mine = extra.get(group, 0)
-                if group in spent or mine >= self.pending.get(group, 0):
+                if group in spent or mine >= self.left(group):
                     return True
                 return self.held(group, free, mine, owed) is not None
 
@@ -178,4 +204,4 @@ class GroupRing:
 
     def groups(self) -> list[str]:
         """Every group with jobs pending or in flight, by name."""
-        return sorted(self.pending.keys() | self.in_flight.keys())
+        return sorted(self.pending.keys() | self.in_flight.keys() | self.unknown)

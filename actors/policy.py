@@ -191,7 +191,7 @@ class PolicyState:
             hint = lease_hint() if lease_hint is not None else None
             return Status("deferred", "in_flight_full", hint, False)
         ring = self.ring
-        if ring is not None and ring.pending:
+        if ring is not None and (ring.pending or ring.unknown):
             reason = ring.blocked(self.free(running))
             if reason is not None:
                 hint = lease_hint() if lease_hint is not None else None
@@ -213,7 +213,11 @@ class PolicyState:
             left = max(0, policy.max_in_flight - running - self.in_flight_delta)
             room = left if room is None else min(room, left)
         ring = self.ring
-        if ring is not None and ring.pending and ring.blocked(self.free(running)) is not None:
+        if (
+            ring is not None
+            and (ring.pending or ring.unknown)
+            and ring.blocked(self.free(running)) is not None
+        ):
             return 0
         return room
 

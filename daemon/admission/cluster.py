@@ -165,6 +165,7 @@ class ClusterSync:
         told = {k: (s.last_label, s.reopen_at) for k, s in self._policies.states.items()}
         self._policies.load(stored.policies)
         self._policies.groups.recount(store, running_only=True)
+        self._policies.groups.discover(store)
         for key, state in self._policies.states.items():
             if key in told:  # what subscribers were told stands: a reopening still rings
                 state.last_label, state.reopen_at = told[key]

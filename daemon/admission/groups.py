@@ -72,6 +72,14 @@ class Groups:
         state.ring = ring
         self.rings[key] = ring
 
+    def discover(self, store: Store) -> None:
+        """Another daemon wrote (daemon.admission.cluster): every group with
+        claimable jobs in the store takes turns here too, its count unknown
+        until a claim finds it empty (a walk of ix_jobs_group_ready: one step
+        per group, never the backlog)."""
+        for key, ring in self.rings.items():
+            ring.assume(store.jobs.ready_group_names(*key))
+
     def recount(self, store: Store, running_only: bool = False) -> None:
         """Count every ring again from the store (several daemons share it:
         daemon.admission.cluster). ``running_only``: the jobs in flight per group
@@ -169,6 +177,7 @@ class Groups:
                 else:
                     spent.add(group)
                     extra[group] -= 1  # a turn with no job takes no slot
+                    ring.found_empty(group)
             if free is not None:
                 free = max(0, free - (len(out) - before))
             if len(out) >= n or not spent:

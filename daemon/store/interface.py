@@ -173,6 +173,9 @@ class JobStore(Protocol):
         """Claim, step 1 of a FIFO queue with group limits: the first ``limit``
         claimable jobs of one queue outside the groups ``held``, locked."""
 
+    def ready_group_names(self, namespace: str, queue: str) -> list[str]:
+        """The groups of one queue with claimable jobs, by name."""
+
     def group_counts(
         self, namespace: str, queue: str, running_only: bool = False
     ) -> list[tuple[str, str, int]]:

@@ -351,6 +351,26 @@ def ready_except_postgres(
     return list(map(as_row, conn.execute(statement, (namespace, queue, *named, limit))))
 
 
+#: Groups one walk of ix_jobs_group_ready names at most.
+GROUP_NAMES_MAX = 10_000
+_GROUP_NAMES = (
+    "WITH RECURSIVE g(grp) AS ("
+    f"SELECT (SELECT min(grp) FROM jobs WHERE namespace = ? AND queue = ? AND grp IS NOT NULL "
+    f"AND {_READY_ROWS}) "
+    "UNION ALL SELECT (SELECT min(j.grp) FROM jobs j WHERE j.namespace = ? AND j.queue = ? "
+    f"AND j.grp > g.grp AND j.state = 'pending' AND j.parked_on IS NULL) FROM g "
+    "WHERE g.grp IS NOT NULL) SELECT grp FROM g WHERE grp IS NOT NULL LIMIT ?"
+)
+
+
+def ready_group_names(conn: sqlite3.Connection, namespace: str, queue: str) -> list[str]:
+    """The groups of one queue with claimable jobs, by name (at most
+    :data:`GROUP_NAMES_MAX`): a walk of ix_jobs_group_ready, one seek per
+    group, whatever the jobs behind them."""
+    params = (namespace, queue, namespace, queue, GROUP_NAMES_MAX)
+    return [row[0] for row in conn.execute(_GROUP_NAMES, params)]
+
+
 def group_counts(
     conn: sqlite3.Connection, namespace: str, queue: str, running_only: bool = False
 ) -> list[tuple[str, str, int]]:

@@ -28,7 +28,7 @@ from daemon.store.rows import JobRow
 #: Passed straight through: reads, and parking (no state moves; the budget gate counts it).
 _THROUGH = (
     "get", "find_live_unique", "ready", "ready_groups", "ready_except", "group_counts",
-    "adopt_default_group", "park",
+    "adopt_default_group", "ready_group_names", "park",
     "unpark", "parked_oldest", "parked_counts",
     "unfinished_bindings", "lapsed", "earliest_scheduled", "earliest_lease_expiry",
     "list_jobs", "dead_ids", "state_counts",

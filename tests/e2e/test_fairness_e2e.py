@@ -9,7 +9,7 @@ import time
 import pytest
 
 from daemon.cli.main import main as sluice_main
-from tests.support import metric
+from tests.support import DaemonProcess, metric
 
 pytestmark = pytest.mark.e2e
 
@@ -92,3 +92,30 @@ def test_the_cli_sets_group_fields_and_enqueues_with_a_group(daemon, connect, ca
     assert status == 1 and "invalid_argument" in err and "min_in_flight" in err
     monkeypatch.delenv("TZ")
     time.tzset()
+
+
+@pytest.mark.postgres
+def test_two_daemons_on_postgresql_share_groups_and_caps(tmp_path, pg_dsn, connect):
+    """Several daemons on one database: a group enqueued through one is served
+    in turn by the other, and a group's cap holds across both (in flight per
+    group is read back at every reload)."""
+    daemons = []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        proc = DaemonProcess(tmp_path / name, f'database = "{pg_dsn}"\n', http=False)
+        proc.start(timeout=30)
+        daemons.append(proc)
+    try:
+        a, b = (connect(d) for d in daemons)
+        a.ok("policy_set", queue="q", fairness="round_robin", max_in_flight_per_group=2)
+        a.ok("enqueue_many", jobs=[{"queue": "q", "type": "t", "group": "x"}] * 5)
+        b.ok("enqueue_many", jobs=[{"queue": "q", "type": "t", "group": "y"}] * 5)
+        got_a = [j["job"]["group"] for j in a.ok("claim_next", queues=["q"], max=100)["jobs"]]
+        got_b = [j["job"]["group"] for j in b.ok("claim_next", queues=["q"], max=100)["jobs"]]
+        # Each daemon serves both groups; together never over a group's cap of 2.
+        assert sorted(got_a + got_b) == ["x", "x", "y", "y"], (got_a, got_b)
+        assert set(got_a) == {"x", "y"}
+        assert b.ok("claim_next", queues=["q"])["deferred"][0]["reason"] == "group_in_flight_cap"
+    finally:
+        for proc in daemons:
+            proc.cleanup()

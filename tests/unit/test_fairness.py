@@ -232,3 +232,26 @@ def test_weighted_shares_stay_within_one_over_any_40_claims(others, backlog, arr
         window = Counter(got[start : start + 40])
         for group in groups:
             assert abs(window[group] - 40 * weight[group] / total) <= 1, (start, window)
+
+
+async def test_groups_another_daemon_gave_work_are_found_and_served(tmp_path, autojump_clock):
+    """Several daemons on one store (daemon.admission.cluster): after another
+    daemon's write, the groups with claimable jobs in the store take turns here
+    too, until a claim finds them empty. Simulated by rows this core never saw."""
+    with trio.fail_after(100):
+        async with running_core(tmp_path) as core:
+            await call(core, "policy_set", queue="q", fairness="round_robin")
+            await _enqueue(core, "a", 4)
+            with core.conn:
+                core.conn.executemany(
+                    "INSERT INTO jobs (id, namespace, queue, type, payload, priority, state, "
+                    "attempts, max_attempts, lease_ms, ready_at, created_at, updated_at, grp) "
+                    "VALUES (?, 'default', 'q', 't', '{}', 32768, 'pending', 0, 25, 60000, 0, "
+                    "0, 0, 'z')", [("00other1",), ("00other2",)])  # fmt: skip
+            assert await _claimed_groups(core, 1) == ["a"]  # this daemon's view: a only
+            ring = core.policies.groups.rings[("default", "q")]
+            core.policies.groups.discover(core.store)
+            assert ring.unknown == {"a", "z"}
+            assert await _claimed_groups(core, 5) == ["a", "z", "a", "z", "a"]
+            assert await _claimed_groups(core, 1) == []
+            assert ring.unknown == set() and len(ring.turns) == 0
