@@ -47,8 +47,6 @@ class GroupRing:
         self.unknown: set[str] = set()
         #: Whose turn it is among the groups with pending jobs.
         self.turns = Turns()
-        #: Claims served per group since start (metrics read it).
-        self.served: dict[str, int] = {}
 
     # -- counts -----------------------------------------------------------------
 
@@ -197,10 +195,6 @@ class GroupRing:
             if free is not None:
                 free -= 1
         return picks
-
-    def served_one(self, group: str) -> None:
-        """A claim of ``group`` committed (counted for metrics)."""
-        self.served[group] = self.served.get(group, 0) + 1
 
     def groups(self) -> list[str]:
         """Every group with jobs pending or in flight, by name."""

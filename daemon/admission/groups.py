@@ -65,7 +65,6 @@ class Groups:
         before = old.ring if old is not None else None
         if before is not None:
             ring.load(before.pending, before.in_flight)
-            ring.served = before.served
         else:
             store.jobs.adopt_default_group(*key)
             _count(store, key, ring)
