@@ -24,7 +24,7 @@ its inverse). Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 
 from actors.group_policy import GroupPolicy
 from actors.turns import Turns
@@ -103,9 +103,12 @@ class GroupRing:
         """Jobs of ``group`` a claim may expect (unknown: as many as it asks)."""
         return self.pending.get(group, 0) + (1 << 30 if group in self.unknown else 0)
 
-    def with_work(self) -> set[str]:
-        """The groups with pending jobs (counted or assumed)."""
-        return self.pending.keys() | self.unknown
+    def with_work(self) -> Iterator[str]:
+        """The groups with pending jobs (counted, then assumed), lazily: a
+        status check stops at the first group that may be served."""
+        yield from self.pending
+        pending = self.pending
+        yield from (g for g in self.unknown if g not in pending)
 
     # -- who may be served --------------------------------------------------------
 
