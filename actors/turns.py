@@ -6,9 +6,10 @@ takes the turn pays the members' total weight, so a member's credit is how
 far its claims lag behind its weighted share. The turn goes to the member
 *due soonest* among those owed one (credit > 0): the earliest deadline of its
 next share, ``(total - credit) / weight`` turns away (earliest-deadline-first
-with release times, the rule of WF2Q). Measured over every run of 40 turns it
-keeps each member closer to its share than taking the most credit does
-(tests/unit/test_turns.py). Ties go to the member that joined first.
+with release times, the rule of WF2Q). Measured over every run of 40 turns,
+a weight of 3 among four weights of 1 stays within 1 of its share this way,
+and is off by 1.14 taking the most credit (tests/unit/test_turns.py holds
+the first). Ties go to the member that joined first.
 
 Done naively a turn costs one addition per member. Here members of equal
 weight gain equally, so their order never changes between turns: each weight
