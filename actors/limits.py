@@ -19,6 +19,24 @@ NAME_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 #: How the name rule reads in messages.
 NAME_RULE = "1-128 characters of [A-Za-z0-9._:-]"
 
+#: A job's fairness group: 1-128 bytes of UTF-8 without control characters
+#: (it is also a metric label and a CLI argument).
+GROUP_BYTES = 128
+GROUP_RULE = "1-128 bytes of UTF-8 without control characters"
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def valid_group(value: object) -> bool:
+    """Whether ``value`` is a group name (:data:`GROUP_RULE`)."""
+    if type(value) is not str or not value or len(value) > GROUP_BYTES:
+        return False
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:  # a lone surrogate
+        return False
+    return size <= GROUP_BYTES and _CONTROL.search(value) is None
+
+
 #: The latest instant an argument may name (9999-12-31T23:59:59.999Z), and the
 #: longest duration (100 years): far beyond any schedule, well inside the
 #: store's 64-bit integers once added to now.

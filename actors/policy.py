@@ -22,13 +22,18 @@ import attrs
 
 from actors.claim_windows import MAX_CLAIMS, ClaimWindow, WindowUsage, parse_windows
 from actors.errors import invalid
+from actors.group_policy import GROUP_FIELDS, NO_GROUPS, GroupPolicy, parse_group_policy
+from actors.group_ring import GroupRing
 from actors.window import Window, parse_window
 
 MAX_IN_FLIGHT = 10_000
 Undo = Callable[[], None]
 
 #: Statuses of a policy queue (metrics and ``admission_status``), admitted first.
-STATUSES = ("admitted", "window_exhausted", "in_flight_full", "paused", "admission_unavailable")
+STATUSES = (
+    "admitted", "window_exhausted", "in_flight_full", "paused", "admission_unavailable",
+    "group_in_flight_cap", "reserved_for_other_groups",
+)  # fmt: skip
 
 
 @attrs.frozen
@@ -40,6 +45,8 @@ class Policy:
     window: Window | None = None
     #: Stacked windows (the ``windows`` form; then the two fields above are None).
     windows: tuple[ClaimWindow, ...] | None = None
+    #: How claims are shared among the queue's groups (actors.group_policy).
+    groups: GroupPolicy = NO_GROUPS
 
     def claim_windows(self) -> tuple[ClaimWindow, ...]:
         """Every claim window, the single-window form being a one-element list."""
@@ -50,17 +57,23 @@ class Policy:
         return ()
 
     def to_dict(self) -> dict[str, Any]:
-        """The policy's fields on the wire, in the form it was given."""
+        """The policy's fields on the wire, in the form it was given (the group
+        fields when any is set)."""
+        out: dict[str, Any]
         if self.windows is not None:
-            return {
+            out = {
                 "max_in_flight": self.max_in_flight,
                 "windows": [w.to_dict() for w in self.windows],
             }
-        return {
-            "max_in_flight": self.max_in_flight,
-            "max_claims_per_window": self.max_claims_per_window,
-            "window": None if self.window is None else self.window.to_dict(),
-        }
+        else:
+            out = {
+                "max_in_flight": self.max_in_flight,
+                "max_claims_per_window": self.max_claims_per_window,
+                "window": None if self.window is None else self.window.to_dict(),
+            }
+        if self.groups != NO_GROUPS:
+            out.update(self.groups.to_dict())
+        return out
 
 
 def _limit(field: str, value: Any, top: int) -> int | None:
@@ -76,27 +89,32 @@ def parse_policy(doc: Any) -> Policy:
     if not isinstance(doc, dict):
         raise invalid("policy", "a policy is an object")
     for name in doc:
-        if name not in ("max_in_flight", "max_claims_per_window", "window", "windows"):
+        if name not in ("max_in_flight", "max_claims_per_window", "window", "windows",
+                        *GROUP_FIELDS):  # fmt: skip
             raise invalid(name, f"unknown policy field {name!r}")
     in_flight = _limit("max_in_flight", doc.get("max_in_flight"), MAX_IN_FLIGHT)
+    groups = parse_group_policy(doc, in_flight)
     if doc.get("windows") is not None:
-        return _stacked(doc, in_flight)
+        return _stacked(doc, in_flight, groups)
     claims = _limit("max_claims_per_window", doc.get("max_claims_per_window"), MAX_CLAIMS)
     window = None if doc.get("window") is None else parse_window(doc["window"])
-    if in_flight is None and claims is None:
-        raise invalid("max_in_flight", "a policy sets max_in_flight or max_claims_per_window")
+    if in_flight is None and claims is None and groups == NO_GROUPS:
+        raise invalid(
+            "max_in_flight",
+            "a policy sets max_in_flight, max_claims_per_window or a group field",
+        )
     if claims is not None and window is None:
         raise invalid("window", "max_claims_per_window needs a window")
     if claims is None and window is not None:
         raise invalid("window", "a window applies to max_claims_per_window only")
-    return Policy(in_flight, claims, window)
+    return Policy(in_flight, claims, window, groups=groups)
 
 
-def _stacked(doc: dict[str, Any], in_flight: int | None) -> Policy:
+def _stacked(doc: dict[str, Any], in_flight: int | None, groups: GroupPolicy) -> Policy:
     """A policy in the ``windows`` form; the single-window fields may not be given too."""
     if doc.get("max_claims_per_window") is not None or doc.get("window") is not None:
         raise invalid("windows", "give windows, or max_claims_per_window and window, not both")
-    return Policy(in_flight, windows=parse_windows(doc["windows"]))
+    return Policy(in_flight, windows=parse_windows(doc["windows"]), groups=groups)
 
 
 @attrs.frozen
@@ -148,6 +166,15 @@ class PolicyState:
         self.created_by = ""
         self.updated_by = ""
         self.source = "api"
+        #: The queue's groups, when its policy counts them (daemon.admission.groups).
+        self.ring: GroupRing | None = None
+
+    def free(self, running: int) -> int | None:
+        """Free in-flight slots with ``running`` committed (None: no ``max_in_flight``)."""
+        policy = self.policy
+        if policy is None or policy.max_in_flight is None:
+            return None
+        return max(0, policy.max_in_flight - running - self.in_flight_delta)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -202,6 +229,12 @@ class PolicyState:
         if policy.max_in_flight is not None and in_flight >= policy.max_in_flight:
             hint = lease_hint() if lease_hint is not None else None
             return Status("deferred", "in_flight_full", hint, False)
+        ring = self.ring
+        if ring is not None and (ring.pending or ring.unknown):
+            reason = ring.blocked(self.free(running))
+            if reason is not None:
+                hint = lease_hint() if lease_hint is not None else None
+                return Status("deferred", reason, hint, False)
         return ADMITTED
 
     def room(self, running: int, now_ms: int) -> int | None:
@@ -218,6 +251,13 @@ class PolicyState:
         if policy.max_in_flight is not None:
             left = max(0, policy.max_in_flight - running - self.in_flight_delta)
             room = left if room is None else min(room, left)
+        ring = self.ring
+        if (
+            ring is not None
+            and (ring.pending or ring.unknown)
+            and ring.blocked(self.free(running)) is not None
+        ):
+            return 0
         return room
 
     def charge(self, n: int) -> Undo:

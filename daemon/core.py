@@ -38,6 +38,7 @@ from daemon.admission.budget_gate import BudgetGate
 from daemon.admission.cluster import ClusterSync, unsafe_unlocked
 from daemon.admission.door import Door
 from daemon.admission.doorbell import Doorbell
+from daemon.admission.groups import Groups
 from daemon.admission.pipeline import Admission
 from daemon.admission.policies import Policies
 from daemon.admission.quotas import Quotas
@@ -116,7 +117,7 @@ class Core:
         self.writer.pending.append(self.budget_gate)  # pools: one write per transaction
         self.policies = Policies(
             clock=clock, counts=self.counts, store=self.store, metrics=self.metrics,
-            running=self.running, doorbell=self.doorbell,
+            running=self.running, doorbell=self.doorbell, groups=Groups(metrics=self.metrics),
         )  # fmt: skip
         self.doorbell.parked_in = self.budget_gate.parked_in
         self.doorbell.held = self.policies.holds

@@ -95,8 +95,17 @@ QUOTA: Schema = {
     "description": "The namespace quota document (docs/quotas.md, docs/door.md).",
 }
 
+
 #: Schemas of free-form or list fields whose shape the argument class does not
 #: show, by ``<class name>.<field>``.
+def _group_map(lo: int, hi: int) -> Schema:
+    """A policy's ``{group: integer}`` map."""
+    return {
+        "type": ["object", "null"], "maxProperties": 1000,
+        "additionalProperties": {"type": "integer", "minimum": lo, "maximum": hi},
+    }  # fmt: skip
+
+
 FIELD_SCHEMAS: dict[str, Schema] = {
     "BudgetSetArgs.strategy": STRATEGY,
     "BudgetPatchArgs.allocation": {
@@ -125,10 +134,26 @@ FIELD_SCHEMAS: dict[str, Schema] = {
         },
         "additionalProperties": False,
     },
-    "PolicySetArgs.max_in_flight": {"type": ["integer", "null"], "minimum": 0},
-    "PolicySetArgs.max_claims_per_window": {"type": ["integer", "null"], "minimum": 0},
+    "PolicySetArgs.max_in_flight": {"type": ["integer", "null"], "minimum": 0, "maximum": 10_000},
+    "PolicySetArgs.max_claims_per_window": {
+        "type": ["integer", "null"],
+        "minimum": 0,
+        "maximum": 1_000_000,
+    },
     "PolicySetArgs.window": {"anyOf": [WINDOW, {"type": "null"}]},
     "PolicySetArgs.windows": {"anyOf": [CLAIM_WINDOWS, {"type": "null"}]},
+    # The group fields (docs/fairness.md).
+    "PolicySetArgs.fairness": {"type": ["string", "null"], "enum": ["fifo", "round_robin", None]},
+    "PolicySetArgs.weights": _group_map(1, 10_000),
+    "PolicySetArgs.default_weight": {"type": ["integer", "null"], "minimum": 1, "maximum": 10_000},
+    "PolicySetArgs.max_in_flight_per_group": {
+        "type": ["integer", "null"],
+        "minimum": 0,
+        "maximum": 10_000,
+    },
+    "PolicySetArgs.group_limits": _group_map(0, 10_000),
+    "PolicySetArgs.min_in_flight": _group_map(0, 10_000),
+    "EnqueueArgs.group": {"type": ["string", "null"], "minLength": 1, "maxLength": 128},
     "QuotaSetArgs.quota": QUOTA,
     "ClaimNextArgs.queues": {"type": "array", "items": NAME, "minItems": 1, "maxItems": 100},
     "SubscribeArgs.queues": {"type": "array", "items": NAME, "minItems": 1, "maxItems": 100},
@@ -200,6 +225,7 @@ COMPONENTS: dict[str, Schema] = {
                 },
             },
             "unique_key": {"type": ["string", "null"]},
+            "group": {"type": ["string", "null"]},
             "error": {"type": ["string", "null"]},
             "result": ANY,
             "dead": {"type": ["object", "null"]},

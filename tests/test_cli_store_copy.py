@@ -81,6 +81,7 @@ async def _drive(path: Path) -> None:
                                   budgets=[{"key": "pool", "cost": 1}])  # fmt: skip
             await enqueue_job(core, budgets=[{"key": "drip", "cost": 2}], priority=5)
             await enqueue_job(core, unique_key="u1", payload=None)
+            await enqueue_job(core, queue="fair", group="customer ✓")  # grp, schema 8
             await trio.sleep(150)  # virtual time (autojump_clock): a periodic fire, a roll-up
             await enqueue_job(core, delay_ms=86_400_000, payload={"later": True})
             claimed = await claim_jobs(core, max=5)
@@ -149,7 +150,8 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert not empty, f"the builder leaves these tables empty: {empty}"
     states = {row[6] for row in dump["jobs"]}
     assert states == {"scheduled", "pending", "running", "completed", "dead"}
-    assert any(row[-1] == "pool" for row in dump["jobs"])  # parked on its budget
+    assert any(row[21] == "pool" for row in dump["jobs"])  # parked on its budget
+    assert any(row[22] == "customer ✓" for row in dump["jobs"])  # a job's group
     return path
 
 

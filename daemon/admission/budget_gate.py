@@ -23,6 +23,7 @@ enqueue or completion leaves no trace.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
@@ -159,9 +160,11 @@ class BudgetGate(BudgetAnswers, BudgetRelease):
     def claim(
         self, tx: Tx, namespace: str, queues: list[str], limit: int, lease: str,
         lease_ms: int | None, caps: dict[str, int] | None = None,
+        read: Callable[[int, dict[str, int] | None], list[JobRow]] | None = None,
     ) -> list[JobRow]:  # fmt: skip
         """Claim up to ``limit`` jobs of ``queues`` (at most ``caps[queue]`` of a
-        capped queue): the ready ones whose budgets pay.
+        capped queue): the ready ones whose budgets pay. ``read`` reads the
+        candidates when some queue counts groups (daemon.admission.groups).
 
         Parks the others and reads on, so a parked job never holds back the
         jobs behind it. The work is what is claimed plus what is parked (each
@@ -173,7 +176,7 @@ class BudgetGate(BudgetAnswers, BudgetRelease):
         caps = dict(caps) if caps else None
         while True:
             want = limit - len(claimed)
-            rows = jobs.ready(namespace, queues, want, caps)
+            rows = jobs.ready(namespace, queues, want, caps) if read is None else read(want, caps)
             admitted = []
             parked = 0
             for row in rows:

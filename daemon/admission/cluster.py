@@ -113,6 +113,7 @@ class ClusterSync:
             # job too few, and a cap over-admitted).
             self._recount_due = False
             self._counts.load(store.jobs.state_counts())
+            self._policies.groups.recount(store)
 
     def flush(self, store: Store) -> None:
         """Nothing is accumulated: the bump is the transaction's first statement."""
@@ -163,6 +164,8 @@ class ClusterSync:
         self._quotas.read_back(store, stored.rates)
         told = {k: (s.last_label, s.reopen_at) for k, s in self._policies.states.items()}
         self._policies.load(stored.policies)
+        self._policies.groups.recount(store, running_only=True)
+        self._policies.groups.discover(store)
         for key, state in self._policies.states.items():
             if key in told:  # what subscribers were told stands: a reopening still rings
                 state.last_label, state.reopen_at = told[key]

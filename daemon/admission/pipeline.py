@@ -36,6 +36,7 @@ from actors.errors import Refused
 from actors.namespace import Namespaces
 from daemon.admission.budget_gate import BudgetGate
 from daemon.admission.door import Door
+from daemon.admission.groups import Read, group_of
 from daemon.admission.policies import Policies
 from daemon.admission.quotas import Quotas
 from daemon.admission.timers import JobTimers
@@ -136,8 +137,9 @@ class Admission:
             open_queues = [q for q in queues if caps.get(q) != 0]
             if not (room and open_queues):
                 return NOTHING
+            read = self._group_read(tx, namespace, open_queues) if policies.groups.rings else None
             rows = self.budget_gate.claim(
-                tx, namespace, open_queues, room, new_lease(), lease_ms, caps
+                tx, namespace, open_queues, room, new_lease(), lease_ms, caps, read
             )
         if not rows:
             return NOTHING
@@ -147,10 +149,21 @@ class Admission:
         tx.after(lambda: door.delivered(namespace, n))
         return Claimed(rows, headrooms)
 
+    def _group_read(self, tx: Tx, namespace: str, queues: list[str]) -> Read | None:
+        """The claim's read when some of ``queues`` counts groups (else None)."""
+        policies = self.policies
+        states = policies.states
+        free = {}
+        for queue in queues:
+            state = states.get((namespace, queue))
+            if state is not None and state.ring is not None:
+                free[queue] = state.free(policies.running(state.key))
+        return policies.groups.reader(tx, namespace, queues, free) if free else None
+
     def _claim_job(self, tx: Tx, row: JobRow, room: int, caps: dict[str, int],
                    lease_ms: int | None) -> list[JobRow]:  # fmt: skip
         """``claim`` by id: the job, or ``deferred`` saying what holds it back."""
-        if not room or caps.get(row.queue) == 0:
+        if not room or caps.get(row.queue) == 0 or self._group_held(row, tx.now_ms):
             held = self.status(row, tx.now_ms) or {}
             self._metrics.admission_refused(row.queue, held.get("reason") or "")
             raise deferred_refusal(row.id, row.queue, held)
@@ -160,6 +173,13 @@ class Admission:
             if row.parked_on is not None or gate.debit(tx, row) is not None:
                 raise deferred_refusal(row.id, row.queue, held or {})
         return tx.store.jobs.mark_running([row], new_lease(), lease_ms, tx.now_ms)
+
+    def _group_held(self, row: JobRow, now_ms: int) -> bool:
+        policies = self.policies
+        if not policies.groups.rings or (row.namespace, row.queue) not in policies.groups.rings:
+            return False
+        status = policies.job_status((row.namespace, row.queue), group_of(row), now_ms)
+        return status is not None and status.state == "deferred"
 
     def claimed_admission(self, row: JobRow, headrooms: dict[str, dict[str, Any]],
                           now_ms: int) -> dict[str, Any] | None:  # fmt: skip
@@ -185,7 +205,7 @@ class Admission:
         if hold is not None:
             at = self.timers.reaper.target if hold == "running_full" else None
             return {"state": "deferred", "reason": hold, "next_eligible_at": at, "exact": False}
-        policy = self.policies.status((namespace, row.queue), now_ms)
+        policy = self.policies.job_status((namespace, row.queue), group_of(row), now_ms)
         if policy is not None and (policy.state == "deferred" or held is None):
             return policy.to_dict()
         quota = self._namespaces.get(namespace).quota

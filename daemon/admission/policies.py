@@ -30,6 +30,7 @@ from actors.due import Due, DueActor
 from actors.errors import Refused
 from actors.policy import Policy, PolicyState, Status, parse_policy
 from daemon.admission.doorbell import Doorbell
+from daemon.admission.groups import Groups
 from daemon.store.interface import JobRow, Store, Tx
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ class Policies:
 
     def __init__(
         self, *, clock: Clock, counts: QueueCounts, store: Store, metrics: Metrics,
-        running: dict[str, JobRow], doorbell: Doorbell,
+        running: dict[str, JobRow], doorbell: Doorbell, groups: Groups,
     ) -> None:  # fmt: skip
         self._clock = clock
         self._counts = counts
@@ -53,6 +54,8 @@ class Policies:
         #: Running jobs' rows (the transition step's map): leases for hints.
         self._running = running
         self._doorbell = doorbell
+        #: The group rings of the policies that count groups.
+        self.groups = groups
         self.states: dict[QueueKey, PolicyState] = {}
         self.reopener = DueActor(clock, Due(self.earliest, self.reopen_due))
         #: Policy writes per (namespace, token): a token bucket each.
@@ -69,7 +72,8 @@ class Policies:
         statement).
         """
         policies, now = self._store.policies, self._clock.now_ms()
-        self.states = {}
+        kept, self.states = self.states, {}  # their rings keep their counts
+        self.groups.rings.clear()
         ask = stored is None  # else each row comes with its windows' latest usage
         rows = [(row, {}) for row in policies.all_policies()] if ask else stored
         for row, latest in rows:
@@ -87,6 +91,7 @@ class Policies:
             state.created_by, state.updated_by, state.source = created_by, updated_by, source
             try:
                 state.policy = parse_policy(orjson.loads(text))
+                self.groups.attach(self._store, state, kept.get((namespace, queue)))
                 state.roll(now, usage)
                 for meter in state.meters:
                     last = latest.get(meter.key)
@@ -127,6 +132,7 @@ class Policies:
                 meter.carry(kept[meter.limit.window])
         state.in_flight_delta = old.in_flight_delta if old is not None else 0
         state.last_label = old.last_label if old is not None else "admitted"
+        self.groups.attach(tx.store, state, old)
         store = tx.store
         state.roll(tx.now_ms, lambda key, start: store.policies.usage(namespace, queue, key, start))
         store.policies.save((namespace, queue, orjson.dumps(policy.to_dict()).decode(),
@@ -145,6 +151,7 @@ class Policies:
         """Remove a queue's policy in ``tx``, audited; the queue is admitted at once."""
         key = (namespace, queue)
         old = self.states.pop(key)
+        self.groups.rings.pop(key, None)
         tx.store.policies.delete(namespace, queue)
         tx.store.audit.record(
             at=tx.now_ms, actor=actor, namespace=namespace, target_kind="queue",
@@ -158,6 +165,7 @@ class Policies:
             self.states.pop(key, None)
         else:
             self.states[key] = old
+        self.groups.restored(key, old)
 
     @staticmethod
     def describe_policy(state: PolicyState) -> dict[str, Any] | None:
@@ -246,6 +254,18 @@ class Policies:
             return None
         now = self._clock.now_ms() if now_ms is None else now_ms
         return state.status(self.running(key), now, lambda: self._lease_hint(key))
+
+    def job_status(self, key: QueueKey, group: str, now_ms: int | None = None) -> Status | None:
+        """A pending job's policy status: its queue's, or what holds its group
+        back when the queue admits other groups (None without a policy)."""
+        status = self.status(key, now_ms)
+        state = self.states.get(key)
+        if status is None or status.state != "admitted" or state is None or state.ring is None:
+            return status
+        reason = state.ring.held(group, state.free(self.running(key)))
+        if reason is None:
+            return status
+        return Status("deferred", reason, self._lease_hint(key), False)
 
     def deferred_now(self, key: QueueKey) -> bool:
         """True when the queue has a policy that admits no claim now."""

@@ -10,7 +10,8 @@ none can forget one:
 
 - inside the transaction, undone if it rolls back (what later writes of the
   same group must see): a budget's bound and in-flight costs, a policy
-  queue's freed slot, the namespace's usage meter;
+  queue's freed slot, a group-aware queue's jobs pending and in flight per
+  group (daemon.admission.groups), the namespace's usage meter;
 - after the COMMIT (``tx.after``): the per-queue counts, metrics, the board's
   history, the running-jobs map, the lease and delay timers, and doorbells
   (a freed ``max_running`` slot wakes the namespace's queues).
@@ -91,6 +92,8 @@ class Views:
             elif state == lc.SCHEDULED and (earliest is None or row.ready_at < earliest):
                 earliest = row.ready_at
         self.meter.note(tx, live)
+        if self.policies.groups.rings:
+            self.policies.groups.moved(tx, None, rows)
 
         def effect() -> None:
             for (key, state), n in per_key.items():
@@ -107,6 +110,8 @@ class Views:
         """Pending jobs became running under a lease."""
         now = tx.now_ms
         earliest = min(r.lease_expires_at for r in rows)  # type: ignore[type-var]
+        if self.policies.groups.rings:
+            self.policies.groups.moved(tx, lc.PENDING, rows)
 
         def effect() -> None:
             waits: dict[QueueKey, list[float]] = {}
@@ -129,6 +134,8 @@ class Views:
         for row in rows:
             key = (row.namespace, row.queue)
             per_queue[key] = per_queue.get(key, 0) + 1
+        if self.policies.groups.rings:
+            self.policies.groups.moved(tx, lc.SCHEDULED, rows)
 
         def effect() -> None:
             for key, n in per_queue.items():
@@ -153,6 +160,8 @@ class Views:
             if row.state == lc.SCHEDULED and (earliest is None or row.ready_at < earliest):
                 earliest = row.ready_at
         left_running = source == lc.RUNNING
+        if self.policies.groups.rings:
+            self.policies.groups.moved(tx, source, rows)
         ids = [row.id for row in rows] if left_running else ()
         failed = [row.queue for row in rows] if event in _FAILED else ()
 

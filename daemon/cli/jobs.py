@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from actors.limits import MAX_TOKENS, NAME_RE, PRIORITY
+from actors.limits import GROUP_RULE, MAX_TOKENS, NAME_RE, PRIORITY, valid_group
 from daemon.cli.context import Context, UsageError
 from daemon.cli.output import compact, emit_json, local_instant, local_time, shorten, table
 from daemon.sdk.protocol import drop_none
@@ -103,6 +103,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         help="bind the job to a budget, COST tokens (default 1) a run; repeatable: "
         "every bound budget must pay before the job runs",
     )
+    p.add_argument("--group", type=group_option, metavar="GROUP",
+                   help="the job's fairness group, e.g. a customer id")  # fmt: skip
     p.set_defaults(run=run_enqueue)
 
     jobs = sub.add_parser("jobs", parents=[common], help="list jobs or show one")
@@ -118,6 +120,13 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     show.set_defaults(run=run_show)
 
 
+def group_option(text: str) -> str:
+    """``--group``: exit 2 unless it is :data:`~actors.limits.GROUP_RULE`."""
+    if not valid_group(text):
+        raise argparse.ArgumentTypeError(f"a group is {GROUP_RULE}")
+    return text
+
+
 def run_enqueue(ctx: Context, args: argparse.Namespace) -> int:
     """Enqueue one job and say what became of it."""
     payload = parse_payload(args.payload)
@@ -129,6 +138,7 @@ def run_enqueue(ctx: Context, args: argparse.Namespace) -> int:
         unique_key=args.unique_key,
         debounce_ms=args.debounce_ms,
         budgets=args.budget,
+        group=args.group,
     )
     if args.debounce_ms is not None and args.unique_key is None:
         raise UsageError("--debounce-ms needs --unique-key")

@@ -33,6 +33,7 @@ from actors.limits import NAME_RE
 from daemon.cli.context import Context, UsageError
 from daemon.cli.jobs import int_range
 from daemon.cli.output import emit_json
+from daemon.cli.queue_groups import add_group_options, describe_groups, group_fields
 from daemon.cli.quota import namespace_name
 from daemon.cli.windows import (
     MAX_CLAIMS,
@@ -104,6 +105,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                       "100000/day@America/New_York, 500/hour@UTC,start=00:30, "
                       "1000/week@Europe/Berlin,weekday=Fri; periods s m h d w mo "
                       "(instead of --max-claims-per-window and its window)")  # fmt: skip
+    add_group_options(set_)
     _namespace_option(set_)
     set_.set_defaults(run=run_set)
     clear = verbs.add_parser("clear", parents=[common], help="remove the policy: no limits")
@@ -126,12 +128,15 @@ def _scope(args: argparse.Namespace) -> dict[str, Any]:
 def policy_of(args: argparse.Namespace) -> dict[str, Any]:
     """The fields ``set`` sends; :class:`UsageError` (exit 2) naming the option."""
     windows = getattr(args, "window", None)
-    if args.max_in_flight is None and args.max_claims_per_window is None and not windows:
+    groups = group_fields(args)
+    if (args.max_in_flight is None and args.max_claims_per_window is None and not windows
+            and not groups):  # fmt: skip
         raise UsageError(
-            "queue budget set: give --max-in-flight, --max-claims-per-window or --window "
-            "(set replaces the whole policy; to remove it: sluice queue budget clear)"
+            "queue budget set: give --max-in-flight, --max-claims-per-window, --window "
+            "or a group option (set replaces the whole policy; to remove it: sluice queue "
+            "budget clear)"
         )
-    fields: dict[str, Any] = {}
+    fields: dict[str, Any] = dict(groups)
     if args.max_in_flight is not None:
         fields["max_in_flight"] = args.max_in_flight
     given = [o for o in WINDOW_OPTIONS if getattr(args, o[2:]) is not None]
@@ -219,6 +224,7 @@ def describe(policy: dict[str, Any] | None) -> str:
                      f"{describe_window(policy.get('window'))}")  # fmt: skip
     if policy.get("windows"):
         parts.append(f"windows {describe_windows(policy['windows'])}")
+    parts += describe_groups(policy)
     return DOT.join(parts) or "no limits"
 
 

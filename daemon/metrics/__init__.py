@@ -46,8 +46,9 @@ class Metrics:
         #: (``daemon.metrics_max_queues``).
         self.budget_label = QueueLabels(max_queues)
         self.namespace_label = QueueLabels(max_queues)
-        #: Periodic entry names share the same cap.
+        #: Periodic entry names share the same cap, and so do fairness groups.
         self.periodic_label = QueueLabels(max_queues)
+        self.group_label = QueueLabels(max_queues)
         r = self.registry
         self._enqueued = Counter(
             "sluicegate_jobs_enqueued", "Jobs enqueued.", ["queue"], registry=r
@@ -104,6 +105,11 @@ class Metrics:
         self._admission_refusals = Counter(
             "sluicegate_admission_refusals", "Claims a queue policy refused, by reason.",
             ["queue", "reason"], registry=r,
+        )  # fmt: skip
+        self._group_claims = Counter(
+            "sluicegate_group_claims", "Claims of group-aware queues by fairness group "
+            "(the default group is \"\"; the group label is capped as the queue label).",
+            ["queue", "group"], registry=r,
         )  # fmt: skip
         self._periodic_fires = Counter(
             "sluicegate_periodic_fires", "Periodic fires by entry and outcome.",
@@ -167,6 +173,10 @@ class Metrics:
         if child is None:
             child = self._children[key] = metric.labels((labels or self.label)(queue))
         return child
+
+    def group_claimed(self, queue: str, group: str, n: int) -> None:
+        """``n`` claims of ``group`` in a group-aware queue."""
+        self._group_claims.labels(self.label(queue), self.group_label(group)).inc(n)
 
     def budget_debited(self, budget: str, cost: int) -> None:
         """A claim debited ``cost`` tokens from ``budget``."""

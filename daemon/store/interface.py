@@ -161,6 +161,27 @@ class JobStore(Protocol):
         ``caps[queue]`` of a capped queue), in priority, ready_at, id order,
         locked for this transaction. Parked jobs are never read."""
 
+    def ready_groups(
+        self, namespace: str, queue: str, wants: Sequence[tuple[str, int]]
+    ) -> list[JobRow]:
+        """Claim, step 1 of a fair queue: the first claimable jobs of named groups
+        (``(group, n)`` pairs, ``""`` the default group), locked."""
+
+    def ready_except(
+        self, namespace: str, queue: str, limit: int, held: Sequence[str]
+    ) -> list[JobRow]:
+        """Claim, step 1 of a FIFO queue with group limits: the first ``limit``
+        claimable jobs of one queue outside the groups ``held``, locked."""
+
+    def ready_group_names(self, namespace: str, queue: str) -> list[str]:
+        """The groups of one queue with claimable jobs, by name."""
+
+    def group_counts(
+        self, namespace: str, queue: str, running_only: bool = False
+    ) -> list[tuple[str, str, int]]:
+        """(group, state, count) of one queue's pending and running jobs (or
+        running ones only)."""
+
     def mark_running(
         self, rows: list[JobRow], lease: str, lease_ms: int | None, now: int
     ) -> list[JobRow]:
@@ -207,8 +228,13 @@ class JobStore(Protocol):
         """Complete running jobs ((row, result JSON) each), all or none: None
         when any lease guard failed, having changed nothing."""
 
-    def replay(self, before: JobRow, now: int) -> JobRow:
-        """A dead letter back to pending: attempts 0, no error, no dead record."""
+    def replay(self, before: JobRow, now: int, grouped: bool = False) -> JobRow:
+        """A dead letter back to pending: attempts 0, no error, no dead record
+        (``grouped``: into the default group ``''`` of a queue counting groups)."""
+
+    def adopt_default_group(self, namespace: str, queue: str) -> int:
+        """A queue starts counting groups: its unfinished jobs without a group go
+        to the default group ``''``; how many."""
 
     def promote_due(self, now: int, batch: int = 1000) -> list[JobRow]:
         """Scheduled jobs whose ``ready_at`` is at or before ``now`` become

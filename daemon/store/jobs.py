@@ -25,10 +25,10 @@ COLUMNS = FIELDS
 COLS = ", ".join(COLUMNS)
 (ID, NAMESPACE, QUEUE, TYPE, PAYLOAD, PRIORITY, STATE, ATTEMPTS, MAX_ATTEMPTS, LEASE_MS,
  READY_AT, CREATED_AT, UPDATED_AT, FINISHED_AT, LEASE, LEASE_EXPIRES_AT, UNIQUE_KEY, BUDGETS,
- ERROR, RESULT, DEAD, PARKED_ON) = range(len(COLUMNS))  # fmt: skip
+ ERROR, RESULT, DEAD, PARKED_ON, GRP) = range(len(COLUMNS))  # fmt: skip
 
 Row = JobRow
-# A JobRow of a tuple of its 22 values: the cheapest way to make one.
+# A JobRow of a tuple of its 23 values: the cheapest way to make one.
 _new = tuple.__new__
 
 _INSERT = f"INSERT INTO jobs ({COLS}) VALUES ({', '.join('?' * len(COLUMNS))})"
@@ -257,6 +257,148 @@ def _ready(conn: Any, statement: str, namespace: str, queues: Sequence[str], lim
     return rows
 
 
+# -- groups (docs/fairness.md): the ready rows of one group, counts by group ---------
+
+_READY_ROWS = "state = 'pending' AND parked_on IS NULL"
+_ORDER = "ORDER BY priority, ready_at, id"
+
+
+def _group_probes(groups: int, postgres: bool) -> str:
+    """One LIMITed probe of ix_jobs_group_ready per group, as one statement."""
+    if postgres:
+        probes = [
+            f"(SELECT id, priority, ready_at FROM jobs WHERE namespace = ? AND queue = ? "
+            f"AND grp = ? AND {_READY_ROWS} {_ORDER} LIMIT ?)"
+            for _g in range(groups)
+        ]
+        return (
+            f"SELECT {COLS} FROM jobs WHERE {_READY_ROWS} AND id IN "
+            f"(SELECT id FROM ({' UNION ALL '.join(probes)}) AS probes) "
+            f"{_ORDER} FOR UPDATE SKIP LOCKED"
+        )
+    probes = [
+        f"SELECT * FROM (SELECT {COLS} FROM jobs INDEXED BY ix_jobs_group_ready "
+        f"WHERE namespace = ? AND queue = ? AND grp = ? AND {_READY_ROWS} {_ORDER} LIMIT ?)"
+        for _g in range(groups)
+    ]
+    return " UNION ALL ".join(probes)
+
+
+_GROUP_SQL: dict[tuple[bool, int], str] = {}
+
+
+def _ready_groups(conn: Any, namespace: str, queue: str, wants: Sequence[tuple[str, int]],
+                  postgres: bool) -> list[Row]:  # fmt: skip
+    # Padded to a power of two (LIMIT 0) so a few statement texts serve every
+    # number of groups.
+    size = 1 << (len(wants) - 1).bit_length()
+    wants = [*wants, *[(wants[-1][0], 0)] * (size - len(wants))]
+    statement = _GROUP_SQL.get((postgres, size))
+    if statement is None:
+        statement = _GROUP_SQL[(postgres, size)] = _group_probes(size, postgres)
+    params: list[Any] = []
+    for group, n in wants:
+        params += (namespace, queue, group, n)
+    return list(map(as_row, conn.execute(statement, params)))
+
+
+def ready_groups(
+    conn: sqlite3.Connection, namespace: str, queue: str, wants: Sequence[tuple[str, int]]
+) -> list[Row]:
+    """The first claimable jobs of named groups of one queue: ``wants`` is
+    ``(group, n)`` pairs (``""``: the default group, stored so in a queue that
+    counts groups). One LIMITed probe of
+    ix_jobs_group_ready per group, so a group's backlog costs nothing."""
+    return _ready_groups(conn, namespace, queue, wants, False)
+
+
+def ready_groups_postgres(
+    conn: Any, namespace: str, queue: str, wants: Sequence[tuple[str, int]]
+) -> list[Row]:
+    """:func:`ready_groups` on PostgreSQL, the rows locked (``SKIP LOCKED``)."""
+    return _ready_groups(conn, namespace, queue, wants, True)
+
+
+def _except_sql(held: Sequence[str], postgres: bool) -> tuple[str, list[str]]:
+    # The default group is NULL or '' (in a queue that counts groups).
+    named = sorted(set(held) | ({""} if "" in held else set()))
+    inside = f"grp NOT IN ({', '.join('?' * len(named))})"
+    test = f"grp IS NOT NULL AND {inside}" if "" in held else f"(grp IS NULL OR {inside})"
+    index = "" if postgres else " INDEXED BY ix_jobs_ready"
+    lock = " FOR UPDATE SKIP LOCKED" if postgres else ""
+    statement = (
+        f"SELECT {COLS} FROM jobs{index} WHERE namespace = ? AND queue = ? AND {_READY_ROWS} "
+        f"AND {test} {_ORDER} LIMIT ?{lock}"
+    )
+    return statement, named
+
+
+def ready_except(
+    conn: sqlite3.Connection, namespace: str, queue: str, limit: int, held: Sequence[str]
+) -> list[Row]:
+    """The first ``limit`` claimable jobs of one queue in claim order, skipping the
+    groups ``held`` (at their caps): a FIFO queue with group limits. It reads
+    past the held groups' rows ahead of the first it returns."""
+    statement, named = _except_sql(held, False)
+    return list(map(as_row, conn.execute(statement, (namespace, queue, *named, limit))))
+
+
+def ready_except_postgres(
+    conn: Any, namespace: str, queue: str, limit: int, held: Sequence[str]
+) -> list[Row]:
+    """:func:`ready_except` on PostgreSQL, the rows locked (``SKIP LOCKED``)."""
+    statement, named = _except_sql(held, True)
+    return list(map(as_row, conn.execute(statement, (namespace, queue, *named, limit))))
+
+
+#: Groups one walk of ix_jobs_group_ready names at most.
+GROUP_NAMES_MAX = 10_000
+_GROUP_NAMES = (
+    "WITH RECURSIVE g(grp) AS ("
+    f"SELECT (SELECT min(grp) FROM jobs WHERE namespace = ? AND queue = ? AND grp IS NOT NULL "
+    f"AND {_READY_ROWS}) "
+    "UNION ALL SELECT (SELECT min(j.grp) FROM jobs j WHERE j.namespace = ? AND j.queue = ? "
+    f"AND j.grp > g.grp AND j.state = 'pending' AND j.parked_on IS NULL) FROM g "
+    "WHERE g.grp IS NOT NULL) SELECT grp FROM g WHERE grp IS NOT NULL LIMIT ?"
+)
+
+
+def ready_group_names(conn: sqlite3.Connection, namespace: str, queue: str) -> list[str]:
+    """The groups of one queue with claimable jobs, by name (at most
+    :data:`GROUP_NAMES_MAX`): a walk of ix_jobs_group_ready, one seek per
+    group, whatever the jobs behind them."""
+    params = (namespace, queue, namespace, queue, GROUP_NAMES_MAX)
+    return [row[0] for row in conn.execute(_GROUP_NAMES, params)]
+
+
+def group_counts(
+    conn: sqlite3.Connection, namespace: str, queue: str, running_only: bool = False
+) -> list[tuple[str, str, int]]:
+    """(group, state, count) of one queue's pending and running jobs (group
+    ``""``: the default): a group ring's start. Ready rows are counted from
+    ix_jobs_group_ready, parked ones from ix_jobs_parked, running ones from
+    ix_jobs_lease; finished rows are never read. ``running_only``: running
+    jobs only (what runs, never the backlog)."""
+    out = []
+    if not running_only:
+        out += conn.execute(
+            "SELECT grp, 'pending', count(*) FROM jobs WHERE namespace = ? AND queue = ? "
+            f"AND grp IS NOT NULL AND {_READY_ROWS} GROUP BY grp",
+            (namespace, queue),
+        ).fetchall()
+        out += conn.execute(
+            "SELECT coalesce(grp, ''), 'pending', count(*) FROM jobs WHERE namespace = ? "
+            "AND parked_on IS NOT NULL AND queue = ? AND state = 'pending' GROUP BY grp",
+            (namespace, queue),
+        ).fetchall()
+    out += conn.execute(
+        "SELECT coalesce(grp, ''), 'running', count(*) FROM jobs WHERE state = 'running' "
+        "AND namespace = ? AND queue = ? GROUP BY grp",
+        (namespace, queue),
+    ).fetchall()
+    return [tuple(r) for r in out]
+
+
 def park(conn: sqlite3.Connection, parked: Sequence[tuple[str, str]]) -> None:
     """Park jobs: ``(budget key, job id)`` pairs; they leave the ready index."""
     conn.executemany("UPDATE jobs SET parked_on = ? WHERE id = ?", parked)
@@ -310,7 +452,7 @@ def mark_running(
         # claim more per row (bench/inprocess.py, batched).
         (job_id, namespace, queue, job_type, payload, priority, state, attempts, max_attempts,
          job_lease_ms, ready_at, created_at, _updated_at, finished_at, _lease, _expires,
-         unique_key, budgets, error, result, dead, parked_on) = row  # fmt: skip
+         unique_key, budgets, error, result, dead, parked_on, grp) = row  # fmt: skip
         if state not in _CLAIMABLE:
             lc.check("claim", state, _RUNNING)  # raises
         ids.append(job_id)
@@ -318,6 +460,7 @@ def mark_running(
             job_id, namespace, queue, job_type, payload, priority, _RUNNING, attempts + 1,
             max_attempts, job_lease_ms, ready_at, created_at, now, finished_at, lease,
             now + (lease_ms or job_lease_ms), unique_key, budgets, error, result, dead, parked_on,
+            grp,
         )))  # fmt: skip
     for start in range(0, len(ids), _IN_CHUNK):
         statement, params = _in_list(_MARK_RUNNING, ids[start : start + _IN_CHUNK])
@@ -356,7 +499,7 @@ def finish(
     # row after built as one tuple, as in mark_running (bench/inprocess.py, single).
     (job_id, namespace, queue, job_type, payload, priority, source, attempts, max_attempts,
      lease_ms, was_ready_at, created_at, _updated_at, _finished_at, lease, _expires,
-     unique_key, was_budgets, was_error, _result, _dead, parked_on) = before  # fmt: skip
+     unique_key, was_budgets, was_error, _result, _dead, parked_on, grp) = before  # fmt: skip
     lc.check(event, source, state)
     finished_at = now if state in _FINAL else None
     changes: dict[str, Any] = {
@@ -386,7 +529,7 @@ def finish(
     return _new(JobRow, (
         job_id, namespace, queue, job_type, payload, priority, state, attempts, max_attempts,
         lease_ms, ready_at, created_at, now, finished_at, None, None, unique_key, budgets, error,
-        result, dead, parked_on,
+        result, dead, parked_on, grp,
     ))  # fmt: skip
 
 
@@ -411,14 +554,14 @@ def complete_many(
     for row, result in rows:
         (job_id, namespace, queue, job_type, payload, priority, state, attempts, max_attempts,
          lease_ms, ready_at, created_at, _updated_at, _finished_at, lease, _expires,
-         unique_key, budgets, error, _result, _dead, parked_on) = row  # fmt: skip
+         unique_key, budgets, error, _result, _dead, parked_on, grp) = row  # fmt: skip
         if state not in _COMPLETABLE:
             lc.check("complete", state, _COMPLETED)  # raises
         groups.setdefault((lease, result), []).append(job_id)
         done.append(_new(JobRow, (
             job_id, namespace, queue, job_type, payload, priority, _COMPLETED, attempts,
             max_attempts, lease_ms, ready_at, created_at, now, now, None, None, unique_key,
-            budgets, error, result, None, parked_on,
+            budgets, error, result, None, parked_on, grp,
         )))  # fmt: skip
     conn.execute("SAVEPOINT complete_many")
     changed = 0
@@ -434,13 +577,28 @@ def complete_many(
     return done
 
 
-def replay(conn: sqlite3.Connection, before: Row, now: int) -> Row:
-    """A dead letter back to pending: attempts 0, no error, no dead record."""
+def replay(conn: sqlite3.Connection, before: Row, now: int, grouped: bool = False) -> Row:
+    """A dead letter back to pending: attempts 0, no error, no dead record.
+    ``grouped``: its queue counts groups, so a job of the default group is
+    stored in it as ``''`` (see :func:`adopt_default_group`)."""
     changes = {
         "state": lc.check("replay", before[STATE], lc.PENDING), "attempts": 0, "ready_at": now,
         "updated_at": now, "finished_at": None, "error": None, "result": None, "dead": None,
     }  # fmt: skip
+    if grouped and before[GRP] is None:
+        changes["grp"] = ""
     return update(conn, before, changes)
+
+
+def adopt_default_group(conn: sqlite3.Connection, namespace: str, queue: str) -> int:
+    """A queue starts counting groups: its unfinished jobs without a group are
+    stored in the default group ``''``, so ix_jobs_group_ready holds them (once,
+    when the policy is set; the queue's rows are read once)."""
+    return conn.execute(
+        "UPDATE jobs SET grp = '' WHERE namespace = ? AND queue = ? AND grp IS NULL "
+        "AND state IN ('scheduled', 'pending', 'running')",
+        (namespace, queue),
+    ).rowcount
 
 
 def _state_is(states: Sequence[str]) -> str:

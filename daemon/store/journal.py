@@ -27,7 +27,9 @@ from daemon.store.rows import JobRow
 
 #: Passed straight through: reads, and parking (no state moves; the budget gate counts it).
 _THROUGH = (
-    "get", "find_live_unique", "ready", "park", "unpark", "parked_oldest", "parked_counts",
+    "get", "find_live_unique", "ready", "ready_groups", "ready_except", "group_counts",
+    "adopt_default_group", "ready_group_names", "park",
+    "unpark", "parked_oldest", "parked_counts",
     "unfinished_bindings", "lapsed", "earliest_scheduled", "earliest_lease_expiry",
     "list_jobs", "dead_ids", "state_counts",
 )  # fmt: skip
@@ -124,9 +126,9 @@ class Journal:
             self.step.left(self.tx, "complete", lc.RUNNING, done)
         return done
 
-    def replay(self, before: JobRow, now: int) -> JobRow:
+    def replay(self, before: JobRow, now: int, grouped: bool = False) -> JobRow:
         """A dead letter back to pending (reported: ``replay``)."""
-        after = self._inner.replay(before, now)
+        after = self._inner.replay(before, now, grouped)
         if self.tx is not None:
             self.step.left(self.tx, "replay", before.state, (after,))
         return after

@@ -48,12 +48,15 @@ class JobRow(NamedTuple):
     result: str | None
     dead: str | None
     parked_on: str | None
+    #: The job's fairness group (``group`` on the wire): None, or ``''`` in a
+    #: queue that counts groups, is the default group.
+    grp: str | None = None
 
 
 #: The fields in stored order.
 FIELDS: tuple[str, ...] = JobRow._fields
 
-#: ``as_row(values)``: a JobRow of 22 values in :data:`FIELDS` order (a fetched
+#: ``as_row(values)``: a JobRow of 23 values in :data:`FIELDS` order (a fetched
 #: row or a list), without the keyword-argument call ``JobRow(...)`` costs.
 as_row: Any = partial(tuple.__new__, JobRow)
 
@@ -72,11 +75,11 @@ def to_wire(row: JobRow, payload: Any = _UNSET) -> dict[str, Any]:
 
     ``payload``, when the caller still holds it decoded, saves parsing it again.
     """
-    # One unpacking reads the 22 fields for less than 21 named (or indexed)
+    # One unpacking reads the 23 fields for less than 22 named (or indexed)
     # reads of a tuple subclass: the hot path of every answer (bench/inprocess.py).
     (job_id, namespace, queue, job_type, stored, priority, state, attempts, max_attempts,
      lease_ms, ready_at, created_at, updated_at, finished_at, lease, lease_expires_at,
-     unique_key, budgets, error, result, dead, _parked_on) = row  # fmt: skip
+     unique_key, budgets, error, result, dead, _parked_on, grp) = row  # fmt: skip
     bound, costs = ([], []) if budgets is None else costs_wire(budgets)
     return {
         "id": job_id,
@@ -98,6 +101,7 @@ def to_wire(row: JobRow, payload: Any = _UNSET) -> dict[str, Any]:
         "budgets": bound,
         "costs": costs,
         "unique_key": unique_key,
+        "group": grp or None,  # '': the default group of a queue counting groups
         "error": error,
         "result": None if result is None else _parse(result),
         "dead": None if dead is None else _parse(dead),

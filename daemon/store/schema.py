@@ -243,10 +243,20 @@ def _v7_cluster(db: sqlite_utils.Database) -> None:
     )
 
 
-def _v8_reserved(_db: sqlite_utils.Database) -> None:
-    # Reserved for the fairness work (groups), built on another branch; it
-    # replaces this no-op when the branches meet.
-    return
+def _v8_groups(db: sqlite_utils.Database) -> None:
+    # Fairness groups (docs/fairness.md): a job's group (``group`` is an SQL
+    # keyword) and the ready rows by group, so a fair claim reads the head of
+    # one group whatever the backlog of the others. A job without a group is
+    # NULL, and out of the index, so a queue that counts no groups pays
+    # nothing for it; in a queue that does, the default group is stored ''.
+    db["jobs"].add_column("grp", str)
+    db.execute(_GROUP_READY)
+
+
+_GROUP_READY = (
+    "CREATE INDEX ix_jobs_group_ready ON jobs(namespace, queue, grp, priority, ready_at, id) "
+    "WHERE state = 'pending' AND parked_on IS NULL AND grp IS NOT NULL"
+)
 
 
 def _v9_window_usage(db: sqlite_utils.Database) -> None:
@@ -285,7 +295,7 @@ MIGRATIONS: list[Migration] = [
     Migration(5, "policies", _v5_policies, pg.V5_POSTGRES),
     Migration(6, "usage", _v6_usage, pg.V6_POSTGRES),
     Migration(7, "cluster", _v7_cluster, pg.V7_POSTGRES),
-    Migration(8, "reserved_groups", _v8_reserved, ("SELECT 1",)),
+    Migration(8, "groups", _v8_groups, pg.V8_POSTGRES),
     Migration(9, "window_usage", _v9_window_usage, pg.V9_POSTGRES),
     Migration(10, "budget_pause", _v10_budget_pause, pg.V10_POSTGRES),
 ]

@@ -158,6 +158,13 @@ V7_POSTGRES = (
     )""",
 )
 
+#: Fairness groups (schema.py's ``_v8_groups``).
+V8_POSTGRES = (
+    'ALTER TABLE jobs ADD COLUMN grp text COLLATE "C"',
+    "CREATE INDEX ix_jobs_group_ready ON jobs (namespace, queue, grp, priority, ready_at, id) "
+    "WHERE state = 'pending' AND parked_on IS NULL AND grp IS NOT NULL",
+)
+
 #: Stacked windows (schema.py's ``_v9_window_usage``).
 V9_POSTGRES = (
     """ALTER TABLE policy_usage ADD COLUMN window_key text COLLATE "C" NOT NULL DEFAULT ''""",

@@ -36,9 +36,11 @@ import orjson
 from actors.errors import Refused, invalid
 from actors.limits import (
     ANSWER_ENVELOPE,
+    GROUP_RULE,
     NAME_RE,
     NAME_RULE,
     VALUE_DEPTH,
+    valid_group,
 )
 from daemon.strict import strict_converter
 from daemon.validation import describe
@@ -87,6 +89,12 @@ def name(_inst: Any, attr: attrs.Attribute, value: str | None) -> None:
     """A namespace, queue, type or budget key: 1-128 bytes of ``[A-Za-z0-9._:-]``."""
     if value is not None and not NAME_RE.match(value):
         raise invalid(attr.name, f"{attr.name} must be {NAME_RULE}")
+
+
+def group(_inst: Any, attr: attrs.Attribute, value: str | None) -> None:
+    """A job's fairness group (None allowed: the default group)."""
+    if value is not None and not valid_group(value):
+        raise invalid(attr.name, f"{attr.name} must be {GROUP_RULE}")
 
 
 def between(lo: int, hi: int | None = None) -> Callable[[Any, attrs.Attribute, Any], None]:

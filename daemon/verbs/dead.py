@@ -106,7 +106,8 @@ def dead_replay(core: Services, call: Call, a: DeadReplayArgs) -> Plan:
                 continue
             if row.budgets is not None:
                 core.budget_gate.check_payable(row)
-            after = tx.store.jobs.replay(row, tx.now_ms)
+            grouped = (namespace, row.queue) in core.policies.groups.rings
+            after = tx.store.jobs.replay(row, tx.now_ms, grouped)
             job = core.job_wire(after, tx.now_ms)
             results.append({"job": job, "duplicate": False, "folded": False, "shed": False})
         # A dead letter that stays dead (its unique key is held) would come

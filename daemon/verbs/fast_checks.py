@@ -38,6 +38,7 @@ from actors.limits import (
     PRIORITY,
     UNIQUE_KEY_LEN,
     VALUE_DEPTH,
+    valid_group,
 )
 
 #: A fast check: the instance for arguments it vouches for in full, else None.
@@ -121,7 +122,7 @@ def register_fast(cls: type, factory: Factory) -> None:
 
 
 _ENQUEUE = ("queue", "type", "payload", "priority", "delay_ms", "ready_at", "max_attempts",
-            "lease_ms", "unique_key", "debounce_ms", "budgets")  # fmt: skip
+            "lease_ms", "unique_key", "debounce_ms", "budgets", "group")  # fmt: skip
 _ENQUEUE_KEYS = frozenset(_ENQUEUE)
 
 
@@ -178,6 +179,7 @@ def fast_enqueue(cls: type) -> Check:
         max_attempts = get("max_attempts", DEFAULT_MAX_ATTEMPTS)
         lease_ms, unique_key = get("lease_ms"), get("unique_key")
         debounce_ms, budgets = get("debounce_ms"), get("budgets")
+        group = get("group")
         if not (
             _int(priority, *PRIORITY)
             and _int(max_attempts, *MAX_ATTEMPTS)
@@ -191,6 +193,7 @@ def fast_enqueue(cls: type) -> Check:
                 or (unique_key is not None and _int(debounce_ms, 0, MAX_DURATION_MS))
             )
             and _json(payload)
+            and (group is None or valid_group(group))
         ):
             return None
         if budgets is not None:
@@ -211,6 +214,7 @@ def fast_enqueue(cls: type) -> Check:
         _set(made, "unique_key", unique_key)
         _set(made, "debounce_ms", debounce_ms)
         _set(made, "budgets", budgets)
+        _set(made, "group", group)
         return made
 
     return check

@@ -43,6 +43,13 @@ class PolicySetArgs:
     max_claims_per_window: Any = _UNSET
     window: Any = _UNSET
     windows: Any = _UNSET
+    # The group fields (actors.group_policy; docs/fairness.md).
+    fairness: Any = _UNSET
+    weights: Any = _UNSET
+    default_weight: Any = _UNSET
+    max_in_flight_per_group: Any = _UNSET
+    group_limits: Any = _UNSET
+    min_in_flight: Any = _UNSET
 
     def fields(self) -> dict[str, Any]:
         return {k: v for k, v in attrs.asdict(self).items() if k != "queue" and v is not _UNSET}
@@ -156,8 +163,30 @@ def admission_status(core: Services, call: Call, a: StatusArgs) -> Plan:
             "window_resets_at": tight.end if tight is not None else None,
             "pending": core.counts.get(key, lc.PENDING),
             "status": status.to_dict(),
+            **group_rows(state),
         }  # fmt: skip
         if state.policy is not None and state.policy.windows is not None:
             entry["windows"] = [m.to_dict() for m in state.meters]
         out.append(entry)
     return answer_now({"queues": out})
+
+
+#: Groups ``admission_status`` lists per queue at most.
+MAX_GROUPS_SHOWN = 1000
+
+
+def group_rows(state: PolicyState) -> dict[str, Any]:
+    """``admission_status``'s ``groups`` of a queue (by name, at most
+    :data:`MAX_GROUPS_SHOWN`) and ``groups_truncated``."""
+    ring = state.ring
+    if ring is None:
+        return {"groups": [], "groups_truncated": False}
+    names = ring.groups()
+    policy = ring.policy
+    rows = [
+        {"group": g or None, "pending": ring.pending.get(g, 0),
+         "in_flight": ring.in_flight.get(g, 0), "reserved": policy.min_in_flight.get(g, 0),
+         "weight": policy.weight(g)}
+        for g in names[:MAX_GROUPS_SHOWN]
+    ]  # fmt: skip
+    return {"groups": rows, "groups_truncated": len(names) > MAX_GROUPS_SHOWN}

@@ -35,6 +35,7 @@ from daemon.store.interface import JobRow, Tx
 from daemon.store.rows import as_row, dumps, to_wire
 from daemon.verbs.args import (
     between,
+    group,
     json_value,
     name,
     text,
@@ -108,6 +109,7 @@ class EnqueueArgs:
     unique_key: str | None = attrs.field(default=None, validator=text(UNIQUE_KEY_LEN))
     debounce_ms: int | None = attrs.field(default=None, validator=between(0, MAX_DURATION_MS))
     budgets: list[BindingArgs] | None = attrs.field(default=None, validator=_bindings)
+    group: str | None = attrs.field(default=None, validator=group)
 
     def __attrs_post_init__(self) -> None:
         if self.delay_ms is not None and self.ready_at is not None:
@@ -197,6 +199,7 @@ def _enqueue_one(
     else:
         ready_at = now
     state = lc.arrival_state(ready_at, now)
+    rings = core.policies.groups.rings  # a queue counting groups stores the default as ''
     bound: str | None = None
     parked_on: str | None = None
     if a.budgets:
@@ -208,6 +211,7 @@ def _enqueue_one(
         core.ids.mint(now), namespace, a.queue, a.type, payload, a.priority, state, 0,
         a.max_attempts, a.lease_ms or core.config.daemon.lease, ready_at, now, now, None, None,
         None, a.unique_key, bound, None, None, None, parked_on,
+        a.group if a.group is not None or not rings or (namespace, a.queue) not in rings else "",
     ))  # fmt: skip
     if a.unique_key is not None:
         tx.store.jobs.insert([row])
@@ -276,7 +280,7 @@ def _shed_one(core: Services, tx: Tx, call: Call, a: EnqueueArgs, reason: str,
     row = as_row((
         core.ids.mint(now), namespace, a.queue, a.type, dumps(a.payload), a.priority,
         lc.DEAD, 0, a.max_attempts, a.lease_ms or core.config.daemon.lease, now, now, now, now,
-        None, None, None, bound, error, None, dead, None,
+        None, None, None, bound, error, None, dead, None, a.group,
     ))  # fmt: skip
     new_rows.append(row)
     ensure_queue(core.known_queues, tx, namespace, a.queue)

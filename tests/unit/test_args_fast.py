@@ -32,7 +32,8 @@ for _ in range(300):
 ODD = st.sampled_from(
     [None, True, False, 0, 1, -1, 1.5, 65535, 65536, 100_000, 100_001, 86_400_000, 86_400_001,
      3_600_000, 3_600_001, 2**63, "", "q", "a" * 64, "a" * 65, "a" * 128, "a" * 129, "a" * 256,
-     "bad name", "ok.name:1-2", [], ["q"], [1], {}, {"k": 1}, deep, b"bytes"]
+     "bad name", "ok.name:1-2", [], ["q"], [1], {}, {"k": 1}, deep, b"bytes",
+     "é" * 64, "é" * 65, "a\nb", "customer 42/ü"]
 )  # fmt: skip
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import tomllib
 
 import pytest
 
@@ -351,3 +352,29 @@ def test_admin_write_limits_default_and_parse():
 def test_bad_admin_write_limits_name_the_field(data, problem):
     (found,) = _problems(data)
     assert found.startswith(problem), found
+
+
+def test_a_policy_table_takes_the_group_fields():
+    """docs/fairness.md: the config file provisions fairness like any policy field."""
+    text = """
+[policies.default.tiers]
+max_in_flight = 10
+fairness = "round_robin"
+weights = { gold = 3, "customer 42" = 2 }
+max_in_flight_per_group = 5
+group_limits = { gold = 8 }
+min_in_flight = { gold = 2 }
+
+[policies.default.over]
+max_in_flight = 3
+min_in_flight = { gold = 4 }
+"""
+    config = parse_config(tomllib.loads(text), "x.toml")
+    policy, _table = config.policy_tables[("default", "tiers")]
+    assert policy is not None and policy.groups.round_robin
+    assert policy.groups.weights == {"customer 42": 2, "gold": 3}
+    assert (policy.groups.cap("gold"), policy.groups.cap("x")) == (8, 5)
+    assert policy.groups.min_in_flight == {"gold": 2}
+    assert config.policy_tables[("default", "over")][0] is None  # fails closed
+    (problem,) = config.policy_problems
+    assert problem.startswith("policies.default.over.min_in_flight: ") and "4" in problem

@@ -43,7 +43,7 @@ def _insert(core, namespace: str, queue: str, state: str, created: int,
         job_id, namespace, queue, "t", "{}", 32768, state, int(running), 25, 60_000,
         far if state == "scheduled" else created, created, created, finished,
         "lease" if running else None, far if running else None, None, None, None, None,
-        '{"reason":"test"}' if state == "dead" else None, None,
+        '{"reason":"test"}' if state == "dead" else None, None, None,
     )  # fmt: skip
 
     def write(tx):

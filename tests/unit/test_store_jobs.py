@@ -30,6 +30,7 @@ def _row(job_id: str, queue: str, state: str, priority: int, ready_at: int) -> t
         "lease_ms": 30_000, "ready_at": ready_at, "created_at": NOW, "updated_at": NOW,
         "finished_at": None, "lease": None, "lease_expires_at": None, "unique_key": None,
         "budgets": None, "error": None, "result": None, "dead": None, "parked_on": parked_on,
+        "grp": None,
     }  # fmt: skip
     return tuple(values[c] for c in sql.COLUMNS)
 
@@ -170,17 +171,18 @@ def conn(tmp_path):
 
 
 def test_insert_stores_plain_and_full_rows_alike(conn):
-    # A fresh job binds 13 columns, a row with any later column set binds all 22:
+    # A fresh job binds 13 columns, a row with any later column set binds all 23:
     # both must read back exactly as given, in one batch.
     plain = _row("p", "q", "pending", 1, NOW)
-    keyed = (*_row("k", "q", "pending", 1, NOW)[:16], "key", *(None,) * 5)
+    keyed = (*_row("k", "q", "pending", 1, NOW)[:16], "key", *(None,) * 6)
+    grouped = (*_row("g", "q", "pending", 1, NOW)[:22], "gold")
     shed = _row("s", "q", "dead", 1, NOW)
     shed = (*shed[:13], NOW, None, None, None, '[{"key":"b","cost":1}]', "quota", None,
-            '{"reason":"shed"}', None)  # fmt: skip
-    zero = (*_row("z", "q", "pending", 0, 0)[:13], 0, *(None,) * 8)  # falsy, not NULL
+            '{"reason":"shed"}', None, None)  # fmt: skip
+    zero = (*_row("z", "q", "pending", 0, 0)[:13], 0, *(None,) * 9)  # falsy, not NULL
     with conn:
-        sql.insert(conn, [plain, keyed, shed, zero])
-    assert _stored(conn) == {"p": plain, "k": keyed, "s": shed, "z": zero}
+        sql.insert(conn, [plain, keyed, shed, zero, grouped])
+    assert _stored(conn) == {"p": plain, "k": keyed, "s": shed, "z": zero, "g": grouped}
 
 
 def test_mark_running_marks_every_row_of_a_claim_whatever_its_size(conn):

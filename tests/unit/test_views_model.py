@@ -11,6 +11,7 @@ what the store says:
 - each budget's bound jobs, running holders, in-flight cost, parked jobs
   (per budget and per queue) and, for ``time_based``, its tokens;
 - each policy queue's window usage and in-flight adjustment;
+- each group-aware queue's jobs pending and in flight per group (its ring);
 - each namespace quota's uncommitted reservations (none once committed).
 
 Leaving the transition step out (:class:`daemon.admission.views.Views`)
@@ -86,6 +87,13 @@ def check_views(core: Core) -> None:
         state.roll(now)
         for meter in state.meters:  # every window of the policy, either form
             assert meter.used == core.store.policies.usage(ns, queue, meter.key, meter.start)
+    for (ns, queue), ring in core.policies.groups.rings.items():
+        pending: dict[str, int] = {}
+        running: dict[str, int] = {}
+        for group, status, n in core.store.jobs.group_counts(ns, queue):
+            side = pending if status == lc.PENDING else running
+            side[group] = side.get(group, 0) + n
+        assert (ring.pending, ring.in_flight, ring.unknown) == (pending, running, set()), queue
     for actor in core.namespaces.known():
         assert (actor.pending_extra, actor.running_extra) == (0, 0), actor.namespace
 
@@ -122,6 +130,10 @@ operation = st.one_of(
     st.tuples(st.just("policy"), namespace, queue, st.sampled_from((None, 0, 1, 2)),
               st.sampled_from((None, 1, 3, 4))),  # 4: stacked windows
     st.tuples(st.just("policy_clear"), namespace, queue),
+    st.tuples(st.just("enqueue_group"), namespace, queue, st.sampled_from(("g1", "g2")),
+              st.sampled_from((None, 0, 5_000)), binding),
+    st.tuples(st.just("policy_groups"), namespace, queue, st.sampled_from((None, 1, 2)),
+              st.sampled_from((0, 1, 2))),
     st.tuples(st.just("quota"), namespace, st.sampled_from((None, 3, 8)),
               st.sampled_from((None, 1, 2)), st.sampled_from(("reject", "drop"))),
     st.tuples(st.just("quota_clear"), namespace),
@@ -226,6 +238,19 @@ class Model:
             await call(core, "policy_set", namespace=ns, queue=q, **fields)
         elif kind == "policy_clear":
             await call(core, "policy_clear", namespace=op[1], queue=op[2])
+        elif kind == "enqueue_group":
+            _k, ns, q, group, delay, bound = op
+            args = {"namespace": ns, "queue": q, "type": "t", "group": group}
+            if delay is not None:
+                args["delay_ms"] = delay
+            if bound is not None:
+                args["budgets"] = [_create_with(bound)]
+            self.jobs.append((ns, (await call(core, "enqueue", **args))["job"]["id"]))
+        elif kind == "policy_groups":
+            _k, ns, q, cap, reserve = op
+            await call(core, "policy_set", namespace=ns, queue=q, fairness="round_robin",
+                       max_in_flight=3, max_in_flight_per_group=cap,
+                       min_in_flight={"g1": reserve})  # fmt: skip
         elif kind == "quota":
             _k, ns, pending, running, excess = op
             doc = {"max_pending": pending, "max_running": running, "on_excess": excess}
@@ -309,6 +334,26 @@ def test_a_known_busy_sequence_checks_many_commits():
         ("release", 0, 2_000), ("sleep", 400_000), ("replay", "a"),
         ("claim_next", "a", ["q1", "q2"], 3), ("complete_many", 3), ("quota_clear", "a"),
         ("policy_clear", "a", "q1"),
+    ]  # fmt: skip
+    refused: list[str] = []
+    assert _run(ops, refused=refused) >= 15
+    assert refused == []
+
+
+def test_a_known_sequence_of_groups_checks_the_rings():
+    """Groups: jobs enqueued before and after a group policy, claims, a cap,
+    failures back to scheduled, a release, a replay: the rings stay equal to
+    the store after each commit."""
+    ops = [
+        ("enqueue", "a", "q1", None, None, None, False),
+        ("enqueue_group", "a", "q1", "g1", None, {"key": "wif", "cost": 1}),
+        ("policy_groups", "a", "q1", 1, 1),
+        ("enqueue_group", "a", "q1", "g2", None, None), ("enqueue_many", "a", "q1", 3, None),
+        ("enqueue_group", "a", "q1", "g1", 5_000, None), ("claim_next", "a", ["q1", "q2"], 3),
+        ("fail", 0, False, 3_000), ("release", 0, None), ("claim_next", "a", ["q1"], 3),
+        ("complete", 0), ("sleep", 4_000), ("fail", 0, True, None), ("replay", "a"),
+        ("claim_next", "a", ["q1"], 3), ("policy_groups", "a", "q1", None, 2),
+        ("claim_next", "a", ["q1"], 3), ("policy_clear", "a", "q1"),
     ]  # fmt: skip
     refused: list[str] = []
     assert _run(ops, refused=refused) >= 15
