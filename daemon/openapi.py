@@ -28,13 +28,13 @@ from actors.lifecycle import STATES
 from actors.limits import NAME_RE
 from daemon import __version__
 from daemon.dispatch import MINIMAL_VERBS
+from daemon.openapi_fields import FIELD_SCHEMAS
 from daemon.openapi_shapes import (
     ANSWER_FORM,
     ANSWERS,
     COMMON,
     COMPONENTS,
     ENQUEUED_MANY,
-    FIELD_SCHEMAS,
     JOBS_PAGE,
     NAME,
     OBJECT,

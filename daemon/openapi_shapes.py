@@ -13,7 +13,7 @@ from typing import Any
 from actors.claim_windows import MAX_CLAIMS, MAX_WINDOWS
 from actors.errors import STATUS
 from actors.lifecycle import STATES
-from actors.limits import MAX_BINDINGS, MAX_PAUSE_MS, MAX_TOKENS, NAME_RE, PRIORITY
+from actors.limits import MAX_TOKENS, NAME_RE, PRIORITY
 from actors.window import PERIODS
 
 Schema = dict[str, Any]
@@ -95,75 +95,6 @@ QUOTA: Schema = {
     "description": "The namespace quota document (docs/quotas.md, docs/door.md).",
 }
 
-
-#: Schemas of free-form or list fields whose shape the argument class does not
-#: show, by ``<class name>.<field>``.
-def _group_map(lo: int, hi: int) -> Schema:
-    """A policy's ``{group: integer}`` map."""
-    return {
-        "type": ["object", "null"], "maxProperties": 1000,
-        "additionalProperties": {"type": "integer", "minimum": lo, "maximum": hi},
-    }  # fmt: skip
-
-
-FIELD_SCHEMAS: dict[str, Schema] = {
-    "BudgetSetArgs.strategy": STRATEGY,
-    "BudgetPatchArgs.allocation": {
-        "type": ["integer", "null"],
-        "minimum": 1,
-        "maximum": MAX_TOKENS,
-    },
-    "BudgetPatchArgs.strategy": {"type": ["object", "null"]},
-    "CompleteArgs.cost": {
-        "type": ["object", "null"],
-        "maxProperties": MAX_BINDINGS,
-        "propertyNames": {"pattern": NAME_RE.pattern},
-        "additionalProperties": {"type": "number", "minimum": 0, "maximum": MAX_TOKENS},
-    },
-    "BudgetPauseArgs.retry_after_s": {
-        "type": ["number", "null"],
-        "exclusiveMinimum": 0,
-        "maximum": MAX_PAUSE_MS // 1000,
-    },
-    "BindingArgs.create_with": {
-        "type": ["object", "null"],
-        "required": ["allocation", "strategy"],
-        "properties": {
-            "allocation": {"type": "integer", "minimum": 1, "maximum": MAX_TOKENS},
-            "strategy": STRATEGY,
-        },
-        "additionalProperties": False,
-    },
-    "PolicySetArgs.max_in_flight": {"type": ["integer", "null"], "minimum": 0, "maximum": 10_000},
-    "PolicySetArgs.max_claims_per_window": {
-        "type": ["integer", "null"],
-        "minimum": 0,
-        "maximum": 1_000_000,
-    },
-    "PolicySetArgs.window": {"anyOf": [WINDOW, {"type": "null"}]},
-    "PolicySetArgs.windows": {"anyOf": [CLAIM_WINDOWS, {"type": "null"}]},
-    # The group fields (docs/fairness.md).
-    "PolicySetArgs.fairness": {"type": ["string", "null"], "enum": ["fifo", "round_robin", None]},
-    "PolicySetArgs.weights": _group_map(1, 10_000),
-    "PolicySetArgs.default_weight": {"type": ["integer", "null"], "minimum": 1, "maximum": 10_000},
-    "PolicySetArgs.max_in_flight_per_group": {
-        "type": ["integer", "null"],
-        "minimum": 0,
-        "maximum": 10_000,
-    },
-    "PolicySetArgs.group_limits": _group_map(0, 10_000),
-    "PolicySetArgs.min_in_flight": _group_map(0, 10_000),
-    "EnqueueArgs.group": {"type": ["string", "null"], "minLength": 1, "maxLength": 128},
-    "QuotaSetArgs.quota": QUOTA,
-    "ClaimNextArgs.queues": {"type": "array", "items": NAME, "minItems": 1, "maxItems": 100},
-    "SubscribeArgs.queues": {"type": "array", "items": NAME, "minItems": 1, "maxItems": 100},
-    "ListArgs.status": {"type": ["string", "null"], "enum": [*STATES, None]},
-    "DeadReplayArgs.job_ids": {
-        "type": ["array", "null"],
-        "minItems": 1,
-        "items": {"type": "string", "minLength": 1, "maxLength": 64},
-    },
-}
 
 BUDGET_STATE = {
     "type": "object",
