@@ -339,6 +339,8 @@ ISOLATION: dict[str, Callable[[World], None]] = {
     "budget_get": _check_budget_hidden("budget_get"),
     "budget_patch": _check_budget_hidden("budget_patch", allocation=1),
     "budget_delete": _check_budget_hidden("budget_delete"),
+    "budget_pause": _check_budget_hidden("budget_pause", retry_after_s=30),
+    "budget_resume": _check_budget_hidden("budget_resume"),
     "budget_list": _check_budget_list,
     "budget_create": _check_budget_own_namespace("budget_create"),
     "budget_put": _check_budget_own_namespace("budget_put"),
