@@ -314,8 +314,9 @@ def metric(samples: dict[MetricKey, float], name: str, **labels: str) -> float |
 def token_tables(*tokens: dict[str, Any]) -> str:
     """``[[tokens]]`` tables for a test config.
 
-    Each token is ``{name, namespace, grants, token, queues?, hashed?}``; with
-    ``hashed`` the table holds the token's sha256 instead of the token.
+    Each token is ``{name, namespace, grants, token, queues?, hashed?,
+    write_rate?, write_burst?}``; with ``hashed`` the table holds the token's
+    sha256 instead of the token.
     """
     tables = []
     for t in tokens:
@@ -333,5 +334,9 @@ def token_tables(*tokens: dict[str, Any]) -> str:
         ]
         if "queues" in t:
             lines.append(f"queues = {json.dumps(list(t['queues']))}")
+        if "write_rate" in t:
+            lines.append(f'write_rate = "{t["write_rate"]}"')
+        if "write_burst" in t:
+            lines.append(f"write_burst = {t['write_burst']}")
         tables.append("\n".join(lines))
     return "\n" + "\n\n".join(tables) + "\n"

@@ -20,8 +20,11 @@ TOKEN_PRODUCER = "tok-producer-777"
 
 OWNERS = ["produce", "consume", "manage"]
 TOKENS_CONFIG = token_tables(
-    {"name": "owner-a", "token": TOKEN_A, "namespace": "A", "grants": OWNERS},
-    {"name": "owner-b", "token": TOKEN_B, "namespace": "B", "grants": OWNERS, "hashed": True},
+    # Room for every verb's tries: an admin write is metered even when its write refuses it.
+    {"name": "owner-a", "token": TOKEN_A, "namespace": "A", "grants": OWNERS,
+     "write_rate": "100/s", "write_burst": 100},
+    {"name": "owner-b", "token": TOKEN_B, "namespace": "B", "grants": OWNERS, "hashed": True,
+     "write_rate": "100/s", "write_burst": 100},
     {"name": "images-only", "token": TOKEN_IMG, "namespace": "A",
      "grants": ["produce", "consume"], "queues": ["img.*"]},
     {"name": "producer-a", "token": TOKEN_PRODUCER, "namespace": "A", "grants": ["produce"]},
