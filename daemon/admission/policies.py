@@ -63,13 +63,13 @@ class Policies:
 
     # -- loading and writing ------------------------------------------------------
 
-    def load(self, stored: list[tuple[tuple[Any, ...], dict[str, tuple[int, int]]]] | None = None,
+    def load(self, stored: list[tuple[tuple[Any, ...], dict[str, dict[int, int]]]] | None = None,
              ) -> None:  # fmt: skip
         """Read every stored policy (start-up); a bad one fails its queue closed.
 
-        ``stored``: the rows already read, each with its windows' latest usage
-        rows, key -> (start, used) (daemon.admission.cluster reads them in one
-        statement).
+        ``stored``: the rows already read, each with its windows' two latest
+        usage rows, key -> {start: used} (daemon.admission.cluster reads them in
+        one statement).
         """
         policies, now = self._store.policies, self._clock.now_ms()
         kept, self.states = self.states, {}  # their rings keep their counts
@@ -80,11 +80,10 @@ class Policies:
             namespace, queue, text, created, updated, created_by, updated_by, source = row
 
             def usage(key: str, start: int, ns: str = namespace, q: str = queue,
-                      latest: dict[str, tuple[int, int]] = latest) -> int:  # fmt: skip
+                      latest: dict[str, dict[int, int]] = latest) -> int:  # fmt: skip
                 if ask:
                     return policies.usage(ns, q, key, start)
-                last = latest.get(key)
-                return last[1] if last is not None and last[0] == start else 0
+                return latest.get(key, {}).get(start, 0)
 
             state = PolicyState(namespace, queue)
             state.created_at, state.updated_at = created, updated
@@ -94,11 +93,10 @@ class Policies:
                 self.groups.attach(self._store, state, kept.get((namespace, queue)))
                 state.roll(now, usage)
                 for meter in state.meters:
-                    last = latest.get(meter.key)
                     meter.ahead = (
                         policies.usage_after(namespace, queue, meter.key, meter.start) if ask
-                        else {last[0]: last[1]} if last is not None and last[0] > meter.start
-                        else {}
+                        else {s: n for s, n in latest.get(meter.key, {}).items()
+                              if s > meter.start}
                     )  # fmt: skip
             except (Refused, ValueError) as exc:
                 state.broken = exc.message if isinstance(exc, Refused) else str(exc)

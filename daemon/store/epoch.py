@@ -60,23 +60,37 @@ class LimitState(NamedTuple):
     budgets: list[tuple[Budget, bool]]
     #: (namespace, pool state) of every stored ``enqueue_rate`` pool.
     rates: list[tuple[str, tuple[int, int, int]]]
-    #: Every policy row with each window's latest usage row: key -> (start, used).
-    policies: list[tuple[tuple[Any, ...], dict[str, tuple[int, int]]]]
+    #: Every policy row with each window's two latest usage rows: key -> {start: used}.
+    policies: list[tuple[tuple[Any, ...], dict[str, dict[int, int]]]]
 
 
 def _columns(alias: str, cols: str) -> str:
     return ", ".join(f"{alias}.{c.strip()}" for c in cols.split(","))
 
 
-#: Each window's latest usage row of policy ``p``: per period (a window's key),
-#: a seek for its latest start and one for that row, whatever the history behind.
+#: Each window's two latest usage rows of policy ``p``: per period (a window's
+#: key), a seek for each of the two latest starts and one for each row, whatever
+#: the history behind. Two, not one: each daemon reads its own clock, so a
+#: daemon a few milliseconds behind another may still be in the window before
+#: the one the other has started charging, and must read that window's usage,
+#: not zero (a second's window over-admitted across three daemons otherwise:
+#: tests/e2e/test_cluster_exactness.py).
+_NTH_START = (
+    "(SELECT v.window_start FROM policy_usage v WHERE v.namespace = p.namespace "
+    "AND v.queue = p.queue AND v.window_key = ks.period{{collate}} ORDER BY v.window_start DESC "
+    "LIMIT 1 OFFSET {n})"
+)
 _LATEST = (
     "(SELECT {agg}({row}(k.period, k.start, (SELECT u.used FROM policy_usage u "
-    "WHERE u.namespace = p.namespace AND u.queue = p.queue AND u.window_key = k.period "
-    "AND u.window_start = k.start))) FROM (SELECT ks.period, (SELECT max(v.window_start) "
-    "FROM policy_usage v WHERE v.namespace = p.namespace AND v.queue = p.queue "
-    "AND v.window_key = ks.period) AS start FROM ("
-    + " UNION ALL ".join(f"SELECT '{period}' AS period" for period in PERIODS)
+    "WHERE u.namespace = p.namespace AND u.queue = p.queue AND u.window_key = k.period{collate} "
+    "AND u.window_start = k.start))) FROM (SELECT ks.period, CASE ks.n WHEN 0 THEN "
+    + _NTH_START.format(n=0)
+    + " ELSE "
+    + _NTH_START.format(n=1)
+    + " END AS start FROM ("
+    + " UNION ALL ".join(
+        f"SELECT '{period}' AS period, {n} AS n" for period in PERIODS for n in (0, 1)
+    )
     + ") ks) k WHERE k.start IS NOT NULL)"
 )
 #: The four parts, each a JSON array of rows, in one statement (one round trip:
@@ -96,8 +110,10 @@ _LIMITS = (
     f"coalesce((SELECT {{agg}}({{row}}({_columns('p', _POLICY_COLS)}, {_LATEST})) "
     "FROM policies p), '[]')"
 )
-_LIMITS_SQLITE = _LIMITS.format(agg="json_group_array", row="json_array")
-_LIMITS_POSTGRES = _LIMITS.format(agg="json_agg", row="json_build_array")
+_LIMITS_SQLITE = _LIMITS.format(agg="json_group_array", row="json_array", collate="")
+# The periods are literals of the default collation; the key column is "C":
+# compared in the column's, so the seeks use its index.
+_LIMITS_POSTGRES = _LIMITS.format(agg="json_agg", row="json_build_array", collate=' COLLATE "C"')
 
 
 def limits(conn: sqlite3.Connection) -> LimitState:
@@ -121,12 +137,16 @@ def _limit_state(conn: Any, statement: str) -> LimitState:
     )
 
 
-def _latest(rows: Any) -> dict[str, tuple[int, int]]:
-    """Each window's latest (start, used), from the nested aggregate (SQLite hands
-    it over as JSON text, PostgreSQL as JSON; no rows: ``[]`` or null)."""
+def _latest(rows: Any) -> dict[str, dict[int, int]]:
+    """Each window's latest usage rows, ``{key: {start: used}}``, from the nested
+    aggregate (SQLite hands it over as JSON text, PostgreSQL as JSON; no rows:
+    ``[]`` or null)."""
     if isinstance(rows, str):
         rows = orjson.loads(rows)
-    return {key: (int(start), int(used)) for key, start, used in rows or ()}
+    out: dict[str, dict[int, int]] = {}
+    for key, start, used in rows or ():
+        out.setdefault(key, {})[int(start)] = int(used)
+    return out
 
 
 def _pool(state: list[Any]) -> tuple[int, int, int]:

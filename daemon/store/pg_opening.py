@@ -106,6 +106,17 @@ class PgDatabase:
         await trio_asyncio.aio_as_trio(self.pool.close)()
 
 
+async def _keep_session(_conn: Any) -> None:
+    """The pool's reset of a released connection, beyond the ROLLBACK of an open
+    transaction that asyncpg always does: nothing. asyncpg's default sends
+    ``CLOSE ALL; UNLISTEN *; RESET ALL; SELECT pg_advisory_unlock_all()`` on every
+    release, a round trip after each transaction and each read outside one.
+    The daemon leaves no session state on a pooled connection: its locks are
+    transaction-scoped (``pg_advisory_xact_lock``, ``SET LOCAL``), and the
+    roles' session locks and LISTEN live on connections of their own
+    (:mod:`daemon.store.pg_leader`, :mod:`daemon.store.pg_notify`)."""
+
+
 def _password(password_file: str) -> str | None:
     if not password_file:
         return None
@@ -139,7 +150,10 @@ async def open_postgres(
 
     password = _password(password_file)
     connect_args = {"password": password, "timeout": connect_timeout_ms / 1000,
-                    "server_settings": {"application_name": "sluicegate",
+                    # No JIT: its compilation (tens of ms) would be paid by short
+                    # statements whose plans merely look costly, like the limits'
+                    # reload (daemon.store.epoch), inside the epoch lock.
+                    "server_settings": {"application_name": "sluicegate", "jit": "off",
                                         "idle_in_transaction_session_timeout":
                                             str(idle_in_transaction_ms)}}  # fmt: skip
     delay = RETRY_S[0]
@@ -152,6 +166,7 @@ async def open_postgres(
                 min_size=1,
                 max_size=pool_size,
                 command_timeout=statement_timeout_ms / 1000,
+                reset=_keep_session,
                 **connect_args,
             )
             break

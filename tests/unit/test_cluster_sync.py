@@ -144,6 +144,29 @@ async def test_stacked_windows_charged_elsewhere_count_here_each_its_own(tmp_pat
         assert rows.fetchall() == [("hour", 6), ("minute", 4)]
 
 
+async def test_a_daemon_a_moment_behind_reads_its_window_though_another_charged_the_next(
+    tmp_path, autojump_clock
+):
+    """Each daemon reads its own clock: another one a few ms ahead may already
+    charge the next window while this one is still in the current. The reload
+    reads each window's two latest rows, so the current window's usage is seen
+    (reading only the latest, it was taken for 0 and a second's window
+    over-admitted across three daemons: tests/e2e/test_cluster_exactness.py)."""
+    windows = [{"max_claims": 3, "period": "minute", "tz": "UTC"}]
+    async with running_core(tmp_path, timers=False) as core:
+        attach(core)
+        await call(core, "policy_set", queue="q", windows=windows)
+        for _ in range(3):
+            await enqueue_job(core)
+        (minute,) = core.policies.states[("default", "q")].meters
+        charged = "INSERT INTO policy_usage (namespace, queue, window_key, window_start, used) "
+        another_daemon(core, f"{charged} VALUES ('default', 'q', 'minute', {minute.start}, 3)",
+                       f"{charged} VALUES ('default', 'q', 'minute', {minute.end}, 1)")  # fmt: skip
+        assert await claim_jobs(core, max=3) == []  # this minute's 3 were used elsewhere
+        (reloaded,) = core.policies.states[("default", "q")].meters
+        assert (reloaded.used, reloaded.ahead) == (3, {minute.end: 1})
+
+
 async def test_a_budget_made_elsewhere_is_known_after_the_reload(tmp_path, autojump_clock):
     async with running_core(tmp_path, timers=False) as core:
         attach(core)
