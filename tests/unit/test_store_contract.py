@@ -539,6 +539,7 @@ def test_the_limit_state_is_read_back_whole_in_one_statement(store):
             updated_at=T, units=2**40, as_of_ms=T, in_flight=2, source="config",
         )  # fmt: skip
         tx.store.policies.save(policy)
+        tx.store.policies.charge("ns", "q", "day", T - 2000, 9)  # a third row: not read
         tx.store.policies.charge("ns", "q", "day", T - 1000, 4)
         tx.store.policies.charge("ns", "q", "day", T, 7)
         # Stacked windows: a second's row at the day's start is its own row.
@@ -558,4 +559,5 @@ def test_the_limit_state_is_read_back_whole_in_one_statement(store):
     assert (budget.pool.spec.allocation, budget.pool.in_flight) == (5, 2)
     assert budget.pool.raw() == store.write(lambda tx: tx.store.budgets.load_all())[0].pool.raw()
     assert state.rates == [("ns", (10, T, 0))]
-    assert state.policies == [(policy, {"day": (T, 7), "second": (T + 1000, 1)})]
+    # Each window's two latest rows (a daemon a moment behind reads the one before).
+    assert state.policies == [(policy, {"day": {T: 7, T - 1000: 4}, "second": {T + 1000: 1, T: 2}})]
