@@ -19,8 +19,8 @@ at the time: the 200 examples take 20-30 s on SQLite; on PostgreSQL 76 s at a
 load average of 2.6, 104 s at 4 and 164 s at 6-8 (a step there is about 10
 statements on the wire, each a round trip through trio-asyncio). The broken
 gate below is caught after about 50 examples: 6-8 s on SQLite, 35-48 s on
-PostgreSQL (CI runs that one on SQLite only). By hand, 2,000 examples on SQLite found the bug kept in
-:mod:`tests.model.test_found` (an empty claim while an unbound job was
+PostgreSQL (CI runs that one on SQLite only). By hand, 2,000 examples on
+SQLite found the bug kept in :mod:`tests.model.test_found` (an empty claim while an unbound job was
 claimable; fixed in ``BudgetGate.claim``); 2,000 on PostgreSQL passed (47
 min at a load average of 6-15). A by-hand check of the driver: over 40
 examples every answer of every verb on PostgreSQL was the same, byte for
