@@ -295,7 +295,9 @@ def run_pause(make_daemon, dsn: str, idle_ms: int) -> Paused:
     attempts: list[int] = []  # stops until one was mid-transaction, per pause
 
     def pause(_i: int) -> None:
-        for attempt in range(1, 51):
+        # Up to 200 stops: a transaction lasts a millisecond or two (no JIT, no
+        # pool reset), so under a loaded CI run the first dozens can all miss.
+        for attempt in range(1, 201):
             wait_until(lambda: _holding(history, "a."), timeout=30, what="A's workers holding")
             paused.proc.send_signal(signal.SIGSTOP)
             stopped = int(time.time() * 1000)
