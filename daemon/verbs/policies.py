@@ -52,7 +52,14 @@ class PolicySetArgs:
     min_in_flight: Any = _UNSET
 
     def fields(self) -> dict[str, Any]:
-        return {k: v for k, v in attrs.asdict(self).items() if k != "queue" and v is not _UNSET}
+        # Not recursing: a value is the caller's raw document, checked by
+        # parse_policy; recursing rebuilds tuples in it (a msgpack ExtType, found
+        # by the fuzzer: tests/fuzz/crashers/args-windows-ext-period).
+        return {
+            k: v
+            for k, v in attrs.asdict(self, recurse=False).items()
+            if k != "queue" and v is not _UNSET
+        }
 
 
 @attrs.frozen
