@@ -59,7 +59,7 @@ class TokenBucket:
         level = self._level(now_ms)
         need = n * SCALE
         if level >= need:
-            self._units, self._as_of = level - need, now_ms
+            self._units, self._as_of = level - need, max(self._as_of, now_ms)
             return 0
         if self._rate <= 0 or need > self._cap:
             return 60_000  # never refills enough: say the most we ever say
@@ -70,11 +70,11 @@ class TokenBucket:
         if n <= 0:
             return
         self.last_used_ms = now_ms
-        self._units, self._as_of = self._level(now_ms) - n * SCALE, now_ms
+        self._units, self._as_of = self._level(now_ms) - n * SCALE, max(self._as_of, now_ms)
 
     def update(self, capacity: float, refill_per_s: float, now_ms: int) -> None:
         """New settings without new tokens: keep the count, clamp it to the new capacity."""
         level = self._level(now_ms)
         self._cap = int(capacity * SCALE)
         self._rate = round(refill_per_s * SCALE / 1000)
-        self._units, self._as_of = min(level, self._cap), now_ms
+        self._units, self._as_of = min(level, self._cap), max(self._as_of, now_ms)

@@ -219,7 +219,7 @@ class TokenPool:
             return False
         if self.time_based:
             self._units = self._units_at(now_ms) - cost * self._scale
-            self._as_of = now_ms
+            self._as_of = max(self._as_of, now_ms)
         self.in_flight += cost
         return True
 
@@ -243,7 +243,7 @@ class TokenPool:
         units = self._units_at(now_ms)
         change = reserved * scale - math.ceil(actual * scale)
         after = min(cap, units + change) if change > 0 else units + change
-        self._units, self._as_of = after, now_ms
+        self._units, self._as_of = after, max(self._as_of, now_ms)
         return after - units
 
     def eligible_at(self, cost: int, now_ms: int) -> int | None:
@@ -296,7 +296,7 @@ class TokenPool:
             else:
                 kept = int(max(0.0, before) * scale)
             self._units = min(kept, spec.cap * scale)
-            self._as_of = now_ms
+            self._as_of = max(self._as_of, now_ms) if was_time_based else now_ms
 
     def raw(self) -> tuple[int, int, int]:
         """The pool's exact internal state, for :meth:`restore` (undo)."""

@@ -34,6 +34,8 @@ MAX_CLAIMS = 1_000_000
 #: How long the usage of a second or minute window is kept: a day. Older rows
 #: matter only to a restart after the host's clock stepped back by more.
 KEEP_TICKS_MS = 86_400_000
+#: Windows left behind whose usage a meter keeps (:attr:`WindowUsage.behind`).
+KEEP_BEHIND = 2
 #: One window per period.
 MAX_WINDOWS = len(PERIODS)
 _KEYS = ("max_claims", "period", "tz", "start", "weekday")
@@ -116,6 +118,13 @@ class WindowUsage:
         #: a step of the host's clock back (then a restart) leaves any: a window
         #: charged on the old time comes round again and must not admit twice.
         self.ahead: dict[int, int] = {}
+        #: The usage of the last few windows the meter left, by start. A decision
+        #: may be taken at an instant just before another task's read rolled the
+        #: meter on: on PostgreSQL other tasks run while a transaction's statement
+        #: is on the wire (daemon.store.bridge), and the transaction's instant was
+        #: read before. Rolled back to its window, the meter must find its usage,
+        #: not zero (a second's window over-admitted across daemons otherwise).
+        self.behind: dict[int, int] = {}
         #: The window start at which older usage rows were last forgotten.
         self.pruned_at: int | None = None
 
@@ -134,17 +143,35 @@ class WindowUsage:
     def roll(self, now_ms: int, stored_usage: Callable[[str, int], int] | None = None) -> None:
         """Move to the window containing ``now_ms``. A new one starts at what the
         store says was charged to it (``stored_usage(key, start)``: another
-        daemon's claims), else at what :attr:`ahead` holds for it, else at zero."""
+        daemon's claims), else at what :attr:`ahead` or :attr:`behind` holds for
+        it, else at zero. The window left is kept in whichever of the two it is now."""
         if self.start <= now_ms < self.end:
             return
+        left, left_used = self.start, self.used
         start, self.end = bounds(self.limit.window, now_ms)
         self.start = start
         if stored_usage is not None:
             self.used = stored_usage(self.key, start)
         else:
-            self.used = self.ahead.get(start, 0)
+            used = self.ahead.pop(start, None)
+            self.used = self.behind.pop(start, 0) if used is None else used
+        if left and left != start:
+            (self.ahead if left > start else self.behind)[left] = left_used
         if self.ahead:
             self.ahead = {s: used for s, used in self.ahead.items() if s > start}
+        if self.behind:
+            kept = sorted(s for s in self.behind if s < start)[-KEEP_BEHIND:]
+            self.behind = {s: self.behind[s] for s in kept}
+
+    def uncharge(self, start: int, n: int) -> None:
+        """Take back ``n`` claims charged to the window starting at ``start`` (a
+        rolled-back transaction), wherever the meter has rolled since."""
+        if start == self.start:
+            self.used -= n
+        elif start in self.ahead:
+            self.ahead[start] -= n
+        elif start in self.behind:
+            self.behind[start] -= n
 
     def room(self) -> int:
         """Claims the window admits now."""
@@ -152,7 +179,8 @@ class WindowUsage:
 
     def carry(self, old: WindowUsage) -> None:
         """Take over ``old``'s live numbers (a policy rewritten with the same window)."""
-        self.start, self.end, self.used, self.ahead = old.start, old.end, old.used, old.ahead
+        self.start, self.end, self.used = old.start, old.end, old.used
+        self.ahead, self.behind = old.ahead, old.behind
 
     def to_dict(self) -> dict[str, Any]:
         """The window's usage on the wire (``admission_status``, the board)."""

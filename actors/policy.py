@@ -269,8 +269,7 @@ class PolicyState:
 
         def undo() -> None:
             for meter, start in charged:
-                if meter.start == start:
-                    meter.used -= n
+                meter.uncharge(start, n)
             self.in_flight_delta -= n
 
         return undo
