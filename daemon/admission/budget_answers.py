@@ -80,6 +80,25 @@ class BudgetAnswers:
             at = max(at, budget.paused_until)  # type: ignore[type-var]
         return (at, False)
 
+    @staticmethod
+    def cannot_pay(budget: Budget, cost: int, now_ms: int) -> bool:
+        """Whether ``budget`` holds back a job of ``cost`` now, parking aside: paused,
+        or short of tokens (a pending job's ``admission`` and ``explain``)."""
+        return budget.paused(now_ms) or not budget.pool.can_debit(cost, now_ms)
+
+    @staticmethod
+    def usage(budget: Budget, now_ms: int) -> tuple[float, int]:
+        """(tokens in use, the most the pool holds): ``while_in_flight``, the cost in
+        flight of its allocation; ``time_based``, what the drip has still to refill."""
+        pool = budget.pool
+        if not pool.time_based:
+            return pool.in_flight, budget.spec.allocation
+        return round(budget.spec.cap - pool.available(now_ms), 3), budget.spec.cap
+
+    def rows_of(self, row: JobRow) -> list[tuple[Budget, int]]:
+        """``row``'s budgets and its cost on each, in binding order."""
+        return self._resolve(row.namespace, row.budgets)
+
     def admission(self, row: JobRow, now_ms: int) -> dict[str, Any] | None:
         """The derived ``admission`` of a pending job bound to budgets (None otherwise)."""
         if row.state != lc.PENDING or row.budgets is None:
@@ -88,8 +107,7 @@ class BudgetAnswers:
         parked_on = row.parked_on
         for budget, cost in self._resolve(namespace, row.budgets):
             if budget.key == parked_on or (
-                parked_on is None
-                and (budget.paused(now_ms) or not budget.pool.can_debit(cost, now_ms))
+                parked_on is None and self.cannot_pay(budget, cost, now_ms)
             ):
                 at, exact = self.eligible(budget, cost, now_ms)
                 return {"state": "deferred", "reason": "budget_exhausted",
