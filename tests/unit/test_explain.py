@@ -7,6 +7,7 @@ its replay); a running job lists what it holds; position; bad input and scope.
 from __future__ import annotations
 
 import datetime as dt
+import time
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ import trio.testing
 
 from actors.errors import Refused
 from daemon.admission import explain as explain_module
+from daemon.cli import explain as cli_explain
 from daemon.config import Config, DaemonConfig
 from daemon.core import Core
 from daemon.dispatch import dispatch
@@ -234,3 +236,30 @@ async def test_bad_input_scope_and_another_tenants_job(tmp_path, autojump_clock)
         with pytest.raises(Refused) as refused:
             await dispatch(core, outside, "explain", {"job_id": job["id"]})
         assert refused.value.code == "forbidden"
+
+
+def test_the_cli_says_what_holds_the_job_in_the_viewers_zone_and_utc(monkeypatch):
+    monkeypatch.setenv("TZ", "America/Los_Angeles")
+    time.tzset()
+    try:
+        reopens = _ms(2023, 11, 15, 8)
+        hold = {"limit": "day", "kind": "policy_window", "scope": {"queue": "images"},
+                "used": 100, "max": 100, "holding": True, "next_eligible_at": reopens,
+                "exact": True}  # fmt: skip
+        budget = {**hold, "limit": "llm", "kind": "budget", "scope": {"budget": "llm"},
+                  "used": 0.5, "max": 1, "holding": False, "next_eligible_at": None}  # fmt: skip
+        result = {"job_id": "j", "status": "pending", "holds": [budget, hold],
+                  "position": {"ahead": 10_001, "approximate": True}}  # fmt: skip
+        lines = cli_explain.render(result, reopens - (3 * 60 + 12) * 60_000).splitlines()
+        assert lines[0] == ("held by window 'day' of queue images: 100 of 100 used, reopens "
+                            "00:00 PST (08:00 UTC) in 3 h 12 min")  # fmt: skip
+        assert lines[1].split() == ["LIMIT", "KIND", "SCOPE", "USED", "HOLDING", "FREES"]
+        assert lines[2].split() == ["llm", "budget", "budget", "llm", "0.5/1", "no"]
+        assert lines[3].endswith("yes      00:00 PST (08:00 UTC) in 3 h 12 min")
+        assert lines[-1] == "more than 10001 claimable job(s) ahead of it in its queue"
+        held = {**hold, "kind": "policy_in_flight", "limit": "max_in_flight", "exact": False}
+        assert cli_explain.summary(held, reopens - 90_000).endswith(
+            "frees ~00:00 PST (08:00 UTC) in 1 min")  # fmt: skip
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
