@@ -81,12 +81,6 @@ class BudgetAnswers:
         return (at, False)
 
     @staticmethod
-    def cannot_pay(budget: Budget, cost: int, now_ms: int) -> bool:
-        """Whether ``budget`` holds back a job of ``cost`` now, parking aside: paused,
-        or short of tokens (a pending job's ``admission`` and ``explain``)."""
-        return budget.paused(now_ms) or not budget.pool.can_debit(cost, now_ms)
-
-    @staticmethod
     def usage(budget: Budget, now_ms: int) -> tuple[float, int]:
         """(tokens in use, the most the pool holds): ``while_in_flight``, the cost in
         flight of its allocation; ``time_based``, what the drip has still to refill."""
@@ -107,7 +101,8 @@ class BudgetAnswers:
         parked_on = row.parked_on
         for budget, cost in self._resolve(namespace, row.budgets):
             if budget.key == parked_on or (
-                parked_on is None and self.cannot_pay(budget, cost, now_ms)
+                parked_on is None
+                and (budget.paused(now_ms) or not budget.pool.can_debit(cost, now_ms))
             ):
                 at, exact = self.eligible(budget, cost, now_ms)
                 return {"state": "deferred", "reason": "budget_exhausted",

@@ -3,10 +3,10 @@ them, and whether each holds the job back now (the ``explain`` verb).
 
 Nothing here decides anything of its own: each entry asks the gate that owns
 the limit the same read-only questions the claim and a pending job's derived
-``admission`` ask (:meth:`Quotas.hold`, :meth:`PolicyState.status`'s numbers,
-:meth:`GroupRing.held`, :meth:`BudgetAnswers.cannot_pay` and ``eligible``,
-the namespace actor's storage and monthly blocks). So the first holding entry
-names what ``admission.reason`` names.
+``admission`` ask (:meth:`Quotas.hold`, the policy's window meters and free
+slots, :meth:`GroupRing.held`, a budget's pause, its pool's ``can_debit`` and
+:meth:`BudgetAnswers.eligible`, the namespace actor's storage and monthly
+blocks). So the first holding entry names what ``admission.reason`` names.
 
 The order, per the job's status:
 
@@ -159,14 +159,12 @@ class Explainer:
         state.roll(now_ms)  # the windows of now, as the claim reads them
         out = []
         for meter in state.meters:
-            cap = meter.limit.max_claims
-            over = meter.used >= cap
-            at = meter.end if over and cap > 0 else None
+            cap, over = meter.limit.max_claims, meter.exhausted
+            at = meter.end if over and cap > 0 else None  # 0: paused, nothing frees it
             out.append(Hold(meter.key, "policy_window", scope, meter.used, cap, over, at,
                             at is not None))  # fmt: skip
         if policy.max_in_flight is not None:
-            in_flight = running + state.in_flight_delta
-            over = in_flight >= policy.max_in_flight
+            in_flight, over = running + state.in_flight_delta, state.free(running) == 0
             at = policies.lease_hint(key) if over and policy.max_in_flight > 0 else None
             out.append(Hold("max_in_flight", "policy_in_flight", scope, in_flight,
                             policy.max_in_flight, over, at))  # fmt: skip
