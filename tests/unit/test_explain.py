@@ -44,7 +44,7 @@ async def agrees(core: Core, job_id: str) -> dict[str, Any]:
     first = holding(answer)[0]
     admission = (await call(core, "get", job_id=job_id))["job"]["admission"]
     assert admission["state"] == "deferred"
-    assert REASON_OF_KIND[first["kind"]] == admission["reason"]
+    assert REASON_OF_KIND.get(first["limit"], REASON_OF_KIND[first["kind"]]) == admission["reason"]
     assert (first["next_eligible_at"], first["exact"]) == (
         admission["next_eligible_at"], admission["exact"])  # fmt: skip
     return first
@@ -54,6 +54,7 @@ REASON_OF_KIND = {
     "quota": "running_full", "policy_window": "window_exhausted",
     "policy_in_flight": "in_flight_full", "group": "group_in_flight_cap",
     "budget": "budget_exhausted", "budget_paused": "budget_paused",
+    "min_in_flight": "reserved_for_other_groups",
 }  # fmt: skip
 
 
@@ -111,6 +112,24 @@ async def test_a_group_cap_holds_its_group_only(tmp_path, autojump_clock):
         assert holding(await explain(core, other["id"])) == []
 
 
+async def test_a_reservation_holds_other_groups_and_a_scheduled_job_is_judged_as_if_due(
+    tmp_path, autojump_clock
+):
+    async with running_core(tmp_path) as core:
+        await call(core, "policy_set", queue="q", max_in_flight=2, min_in_flight={"gold": 1})
+        await enqueue_job(core, group="base")
+        assert len(await claim_jobs(core)) == 1
+        await enqueue_job(core, group="gold")
+        base = await enqueue_job(core, group="base")
+        later = await enqueue_job(core, group="base", delay_ms=60_000)
+        first = await agrees(core, base["id"])
+        assert (first["limit"], first["scope"], first["used"], first["max"]) == (
+            "min_in_flight", {"queue": "q", "group": "base"}, 1, 1)  # fmt: skip
+        scheduled = await explain(core, later["id"])
+        assert scheduled["status"] == "scheduled" and scheduled["position"]["ahead"] is None
+        assert holding(scheduled) == [first]
+
+
 async def test_a_drip_budget_holds_a_job_to_the_exact_refill(tmp_path, autojump_clock):
     async with running_core(tmp_path) as core:
         drip = {"allocation": 1, "strategy": {"type": "time_based", "duration_ms": 30_000}}
@@ -140,8 +159,12 @@ async def test_a_paused_budget_holds_a_job_to_the_pause_end(tmp_path, autojump_c
             "limit": "api", "kind": "budget_paused", "scope": {"budget": "api"}, "used": None,
             "max": None, "holding": True, "next_eligible_at": WALL0 + 30_000, "exact": True,
         }  # fmt: skip
-        # Its tokens are there: only the pause holds it.
+        # Its tokens are there: only the pause holds it, to the millisecond.
         assert [h["kind"] for h in holding(await explain(core, job["id"]))] == ["budget_paused"]
+        await trio.sleep_until(core.clock.deadline_for(WALL0 + 30_000))
+        await trio.testing.wait_all_tasks_blocked()
+        assert holding(await explain(core, job["id"])) == []
+        assert [j["id"] for j in await claim_jobs(core)] == [job["id"]]
 
 
 async def test_a_budget_that_cannot_pay_is_named_before_the_policy(tmp_path, autojump_clock):
