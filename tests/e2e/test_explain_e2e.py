@@ -1,5 +1,5 @@
 """``explain`` against a real ``sluice serve``: the socket, ``GET
-/api/v1/jobs/{id}/explain``, ``sluice jobs explain`` and the OpenAPI document,
+/api/v1/jobs/{id}/explain``, ``sluice jobs explain``, the SDK and the OpenAPI document,
 with tokens (another tenant's job is ``not_found``, the grant is ``get``'s).
 
 The limits' arithmetic runs on MockClock in tests/unit/test_explain.py; here one
@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from daemon.cli.main import main as sluice_main
+from daemon.client import Client
 from tests.support import DaemonProcess, token_tables
 
 pytestmark = pytest.mark.e2e
@@ -69,6 +70,8 @@ def test_explain_over_the_socket_http_and_the_cli(make_daemon, connect, capsys, 
         spec = http_a.get("/openapi.json").json()
         assert set(spec["paths"]["/api/v1/jobs/{id}/explain"]) == {"get"}
     assert other.error("explain", job_id=held)["code"] == "not_found"
+    with Client(d.socket, token=READER) as sdk:  # the SDK's face
+        assert sdk.explain(held) == answer
 
     # The CLI: the summary in the viewer's zone and UTC, the table, --json.
     monkeypatch.setenv("TZ", LA)
