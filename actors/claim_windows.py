@@ -177,6 +177,11 @@ class WindowUsage:
         """Claims the window admits now."""
         return max(0, self.limit.max_claims - self.used)
 
+    @property
+    def exhausted(self) -> bool:
+        """No claim left in the current window (a cap of 0 included)."""
+        return self.used >= self.limit.max_claims
+
     def carry(self, old: WindowUsage) -> None:
         """Take over ``old``'s live numbers (a policy rewritten with the same window)."""
         self.start, self.end, self.used = old.start, old.end, old.used

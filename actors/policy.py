@@ -219,7 +219,7 @@ class PolicyState:
         if policy.max_in_flight == 0 or any(m.limit.max_claims == 0 for m in meters):
             return Status("deferred", "paused")
         if meters:
-            exhausted = [m for m in meters if m.used >= m.limit.max_claims]
+            exhausted = [m for m in meters if m.exhausted]
             if exhausted:
                 # Claims wait for every exhausted window: the last to reopen holds them.
                 holding = max(exhausted, key=lambda m: m.end)

@@ -247,6 +247,9 @@ def _rest_paths(components: dict[str, Schema]) -> Schema:
         },
         "/jobs/{id}": {"get": op("One job", {200: ref("Job")}, (*COMMON, 404),
                                  params=[job_id, ns], tag="jobs")},
+        "/api/v1/jobs/{id}/explain": {"get": op(
+            "Every limit that applies to one job, and its position", {200: RESULTS["explain"]},
+            (*COMMON, 404), params=[job_id, ns], tag="jobs")},
         "/budgets": {"get": op("Every budget of the namespace", {200: RESULTS["budget_list"]},
                                COMMON, params=[ns], tag="budgets")},
         "/budgets/{key}": {

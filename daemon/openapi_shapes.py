@@ -15,6 +15,7 @@ from actors.errors import STATUS
 from actors.lifecycle import STATES
 from actors.limits import MAX_TOKENS, NAME_RE, PRIORITY
 from actors.window import PERIODS
+from daemon.admission.explain import KINDS
 
 Schema = dict[str, Any]
 
@@ -248,6 +249,23 @@ POLICY_ANSWER = obj(["policy"], policy=ref("Policy"))
 EMPTY = obj()
 ENQUEUED_MANY = obj(["results"], results={"type": "array", "items": ref("Enqueued")})
 
+_NUMBER_OR_NULL = {"type": ["number", "null"]}
+#: ``explain``'s answer (PROTOCOL.md, Foresight; docs/protocol.md).
+EXPLAINED = obj(
+    ["job_id", "status", "holds", "position"],
+    job_id={"type": "string"},
+    status={"type": "string", "enum": list(STATES)},
+    holds={"type": "array", "items": obj(
+        ["limit", "kind", "scope", "used", "max", "holding", "next_eligible_at", "exact"],
+        limit={"type": "string"}, kind={"type": "string", "enum": list(KINDS)},
+        scope={"type": "object", "additionalProperties": {"type": "string"}},
+        used=_NUMBER_OR_NULL, max=_NUMBER_OR_NULL, holding={"type": "boolean"},
+        next_eligible_at=_NULLABLEINT, exact={"type": "boolean"},
+    )},
+    position=obj(["ahead", "approximate"], ahead=_NULLABLEINT,
+                 approximate={"type": "boolean"}),
+)  # fmt: skip
+
 #: The 200 body of ``POST /v1/ops/<verb>``; a verb not here answers "an object".
 RESULTS: dict[str, Schema] = {
     "enqueue": ref("Enqueued"),
@@ -259,6 +277,7 @@ RESULTS: dict[str, Schema] = {
         next={"type": ["string", "null"]},
     ),
     "get": obj(["job"], job=ref("Job")),
+    "explain": EXPLAINED,
     "list": JOBS_PAGE,
     "dead_list": JOBS_PAGE,
     "claim_next": obj(
@@ -316,6 +335,7 @@ WITH_BODY = (400, 413, 415)
 #: Statuses a verb adds: 404 (what it names is absent or not the caller's), 409.
 ANSWERS: dict[str, tuple[int, ...]] = {
     "get": (404,),
+    "explain": (404,),
     "claim": (404, 409),
     "heartbeat": (404, 409),
     "complete": (404, 409),

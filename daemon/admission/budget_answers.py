@@ -80,6 +80,19 @@ class BudgetAnswers:
             at = max(at, budget.paused_until)  # type: ignore[type-var]
         return (at, False)
 
+    @staticmethod
+    def usage(budget: Budget, now_ms: int) -> tuple[float, int]:
+        """(tokens in use, the most the pool holds): ``while_in_flight``, the cost in
+        flight of its allocation; ``time_based``, what the drip has still to refill."""
+        pool = budget.pool
+        if not pool.time_based:
+            return pool.in_flight, budget.spec.allocation
+        return round(budget.spec.cap - pool.available(now_ms), 3), budget.spec.cap
+
+    def rows_of(self, row: JobRow) -> list[tuple[Budget, int]]:
+        """``row``'s budgets and its cost on each, in binding order."""
+        return self._resolve(row.namespace, row.budgets)
+
     def admission(self, row: JobRow, now_ms: int) -> dict[str, Any] | None:
         """The derived ``admission`` of a pending job bound to budgets (None otherwise)."""
         if row.state != lc.PENDING or row.budgets is None:

@@ -137,10 +137,15 @@ class Door:
                 "rate_limited", _MESSAGES[limit], limit=limit, retry_after=retry_after_s(wait)
             )
 
+    @property
+    def enforcing(self) -> bool:
+        """Whether a door limit that is over refuses (False: shadow mode, ``daemon.enforce``)."""
+        return self._config().daemon.enforce
+
     def _blocks(self, namespace: str, limit: str) -> bool:
         """A limit is over: log and count the decision; True when enforcing (refuse),
         False in shadow mode (let it through)."""
-        if not self._config().daemon.enforce:
+        if not self.enforcing:
             log.info("limits namespace=%s limit=%s would_block=true", namespace, limit)
             self._metrics.door_decision(limit, "would_block")
             return False
@@ -181,7 +186,18 @@ class Door:
                         limit="max_item_bytes", value=size, max=cap,
                     )  # fmt: skip
         # The blocks (403) before the message bucket (429): retrying cannot help.
-        # Storage first, so it is the reason reported when both hold.
+        self.blocks(namespace)
+        self._charge(namespace, "message_rate", len(payloads))
+        return texts
+
+    def blocks(self, namespace: str) -> None:
+        """The storage and monthly blocks of jobs entering ``namespace`` (an enqueue,
+        a dead letter's replay): ``quota_exceeded`` while one holds. Storage first,
+        so it is the reason reported when both hold."""
+        actor = self._namespaces.find(namespace)
+        quota = actor.quota
+        if quota is None:
+            return
         storage = actor.storage
         if storage.held and quota.max_retained_bytes is not None:
             retained, cap = storage.measured or 0, quota.max_retained_bytes
@@ -195,8 +211,6 @@ class Door:
                 f"monthly_jobs_quota exceeded: {used} >= {monthly}; the block lifts at the "
                 "next calendar month",
             )  # fmt: skip
-        self._charge(namespace, "message_rate", len(payloads))
-        return texts
 
     def _capped(self, namespace: str, limit: str, value: int, cap: int, message: str) -> None:
         """A cap (403 ``quota_exceeded``) that shadow mode lets through, logged."""

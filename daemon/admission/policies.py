@@ -275,8 +275,11 @@ class Policies:
         the doorbell's test."""
         return key in self.states and self.deferred_now(key)
 
-    def _lease_hint(self, key: QueueKey) -> int | None:
+    def lease_hint(self, key: QueueKey) -> int | None:
         """The earliest lease expiry of the queue's running jobs (a hint: in_flight_full)."""
+        return self._lease_hint(key)
+
+    def _lease_hint(self, key: QueueKey) -> int | None:
         expiries = [
             row.lease_expires_at for row in self._running.values()
             if row.queue == key[1] and row.namespace == key[0]

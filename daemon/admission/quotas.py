@@ -255,6 +255,13 @@ class Quotas:
             return "running_full"
         return None
 
+    def running_use(self, namespace: str) -> tuple[int, int] | None:
+        """(jobs running, ``max_running``) of ``namespace``; None without the limit."""
+        quota = self._namespaces.find(namespace).quota
+        if quota is None or quota.max_running is None:
+            return None
+        return self._counts.total(namespace, lc.RUNNING), quota.max_running
+
     def claimed(self, tx: Tx, namespace: str, n: int) -> None:
         """``n`` jobs of ``namespace`` were claimed in ``tx`` (counted only where
         ``max_running`` is set)."""

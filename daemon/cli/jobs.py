@@ -1,4 +1,4 @@
-"""``sluice enqueue`` and ``sluice jobs list|show``: producing and reading jobs.
+"""``sluice enqueue`` and ``sluice jobs list|show|explain``: producing and reading jobs.
 
 ``jobs get`` is another name for ``jobs show``, as everywhere one thing is read.
 """
@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 
 from actors.limits import GROUP_RULE, MAX_TOKENS, NAME_RE, PRIORITY, valid_group
+from daemon.cli import explain
 from daemon.cli.context import Context, UsageError
 from daemon.cli.output import compact, emit_json, local_instant, local_time, shorten, table
 from daemon.sdk.protocol import drop_none
@@ -108,7 +109,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(run=run_enqueue)
 
     jobs = sub.add_parser("jobs", parents=[common], help="list jobs or show one")
-    verbs = jobs.add_subparsers(dest="jobs_command", required=True, metavar="list|show|get")
+    verbs = jobs.add_subparsers(dest="jobs_command", required=True,
+                                metavar="list|show|get|explain")  # fmt: skip
     ls = verbs.add_parser("list", parents=[common], help="jobs in id order")
     ls.add_argument("--queue", metavar="Q")
     ls.add_argument("--status", choices=STATES)
@@ -118,6 +120,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     show = verbs.add_parser("show", aliases=["get"], parents=[common], help="one job in full")
     show.add_argument("job_id", metavar="ID")
     show.set_defaults(run=run_show)
+    explain.register(verbs, common)
 
 
 def group_option(text: str) -> str:

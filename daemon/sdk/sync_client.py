@@ -101,6 +101,11 @@ class Client(SyncConnection):
         """A page of jobs in id order: ``{jobs, next}``."""
         return self._run(verbs.list_jobs(queue, status, limit, after))
 
+    def explain(self, job_id: str) -> dict[str, Any]:
+        """Every limit that applies to one job, whether each holds it back, and its
+        position: ``{job_id, status, holds, position}``."""
+        return self._run(verbs.explain(job_id))
+
     def status(self) -> dict[str, Any]:
         """The namespace at a glance: queues and their counts, the daemon."""
         return self._run(verbs.status())

@@ -155,6 +155,11 @@ class TrioClient(TrioConnection):
         """A page of jobs in id order: ``{jobs, next}``."""
         return await self._run(verbs.list_jobs(queue, status, limit, after))
 
+    async def explain(self, job_id: str) -> dict[str, Any]:
+        """Every limit that applies to one job, whether each holds it back, and its
+        position: ``{job_id, status, holds, position}``."""
+        return await self._run(verbs.explain(job_id))
+
     async def status(self) -> dict[str, Any]:
         """The namespace at a glance: queues and their counts, the daemon."""
         return await self._run(verbs.status())

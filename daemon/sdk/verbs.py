@@ -123,6 +123,11 @@ def list_jobs(
     return Verb("list", drop_none(queue=queue, status=status, limit=limit, after=after))
 
 
+def explain(job_id: str) -> Verb[Answer]:
+    """Every limit that applies to one job, and its position (the whole answer)."""
+    return Verb("explain", {"job_id": job_id})
+
+
 def status() -> Verb[Answer]:
     """The namespace at a glance."""
     return Verb("status")

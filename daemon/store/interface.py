@@ -263,6 +263,10 @@ class JobStore(Protocol):
     def state_counts(self) -> list[tuple[str, str, str, int]]:
         """(namespace, queue, state, count) for every non-empty combination."""
 
+    def ahead(self, row: JobRow, limit: int) -> int:
+        """Claimable jobs before ``row`` in its queue's claim order, counted up to
+        ``limit``: ``explain``'s position."""
+
 
 class Store(Protocol):
     """One database, as the daemon sees it."""

@@ -660,6 +660,31 @@ def list_jobs(
     return list(map(as_row, conn.execute(statement, params)))
 
 
+#: ``ahead``'s statement: the claimable rows before one job in claim order, read
+#: from ix_jobs_ready and cut at ``LIMIT``, so a backlog costs at most that many
+#: index steps.
+_AHEAD = (
+    "SELECT count(*) FROM (SELECT 1 FROM jobs{index} WHERE namespace = ? AND queue = ? "
+    f"AND {_READY_ROWS} AND (priority, ready_at, id) < (?, ?, ?) {_ORDER} LIMIT ?) AS ahead"
+)
+
+
+def ahead(conn: sqlite3.Connection, row: Row, limit: int) -> int:
+    """Claimable jobs before ``row`` in its queue's claim order, counted up to
+    ``limit`` (``explain``'s position)."""
+    return _ahead(conn, _AHEAD.format(index=" INDEXED BY ix_jobs_ready"), row, limit)
+
+
+def ahead_postgres(conn: Any, row: Row, limit: int) -> int:
+    """:func:`ahead` on PostgreSQL (no index hint)."""
+    return _ahead(conn, _AHEAD.format(index=""), row, limit)
+
+
+def _ahead(conn: Any, statement: str, row: Row, limit: int) -> int:
+    params = (row.namespace, row.queue, row.priority, row.ready_at, row.id, limit)
+    return int(conn.execute(statement, params).fetchone()[0])
+
+
 def dead_ids(
     conn: sqlite3.Connection, namespace: str, queue: str | None, after: str | None, limit: int
 ) -> list[str]:

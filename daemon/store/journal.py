@@ -31,7 +31,7 @@ _THROUGH = (
     "adopt_default_group", "ready_group_names", "park",
     "unpark", "parked_oldest", "parked_counts",
     "unfinished_bindings", "lapsed", "earliest_scheduled", "earliest_lease_expiry",
-    "list_jobs", "dead_ids", "state_counts",
+    "list_jobs", "dead_ids", "state_counts", "ahead",
 )  # fmt: skip
 
 

@@ -1,7 +1,8 @@
 """The HTTP transport: a small ASGI app over the same verb table as the socket.
 
 Routes (PROTOCOL.md, HTTP transport): ``POST /v1/ops/<verb>`` for every verb,
-the REST faces ``POST /jobs``, ``GET /jobs/{id}``, ``GET /jobs``, and
+the REST faces ``POST /jobs``, ``GET /jobs/{id}``, ``GET /jobs``,
+``GET /api/v1/jobs/{id}/explain``, and
 ``GET /healthz``, ``GET /metrics``, ``GET /`` (the board), budgets, the quota,
 and queue admission policies (``GET /api/v1/admission``, ``GET|PUT|DELETE
 /api/v1/admission/{queue}``, PUT bodies at most 16 KiB), and ``GET
@@ -43,6 +44,7 @@ MAX_BODY = 1_048_576
 #: ``PUT /api/v1/admission/{queue}`` bodies (seed 002, Security: 16 KiB).
 MAX_POLICY_BODY = 16 * 1024
 ADMISSION = "/api/v1/admission"
+JOBS_API, EXPLAIN = "/api/v1/jobs/", "/explain"
 #: Budget routes (seed 003): method -> (verb, success status).
 _BUDGET_VERBS = {
     "GET": ("budget_get", 200),
@@ -61,7 +63,7 @@ _ALLOW = {
 }  # fmt: skip
 _ALLOW_PREFIX = {
     "/jobs/": "GET", "/v1/ops/": "POST", "/budgets/": "GET, POST, PUT, PATCH, DELETE",
-    ADMISSION + "/": "GET, PUT, DELETE",
+    ADMISSION + "/": "GET, PUT, DELETE", JOBS_API: "GET",
 }  # fmt: skip
 
 
@@ -159,6 +161,11 @@ class HttpApp:
             if "namespace" in query:
                 args["namespace"] = query["namespace"]
             return Reply(200, (await self._call(caller, "get", args))["job"])
+        if path.startswith(JOBS_API) and path.endswith(EXPLAIN) and method == "GET":
+            args = {"job_id": path[len(JOBS_API) : -len(EXPLAIN)]}  # GET /api/v1/jobs/{id}/explain
+            if "namespace" in query:
+                args["namespace"] = query["namespace"]
+            return Reply(200, await self._call(caller, "explain", args))
         if path == "/budgets" and method == "GET":
             scoped = {"namespace": query["namespace"]} if "namespace" in query else {}
             return Reply(200, await self._call(caller, "budget_list", scoped))

@@ -5,6 +5,7 @@ from daemon.verbs import (  # noqa: F401
     budget_pause,
     budgets,
     dead,
+    explain,
     periodic,
     policies,
     producing,

@@ -88,8 +88,10 @@ def dead_replay(core: Services, call: Call, a: DeadReplayArgs) -> Plan:
                     job_status=row.state,
                 )  # fmt: skip
             rows.append(row)
-        # A replay is an enqueue: quota admission first (drop: the over-quota
-        # ones stay dead and are answered shed).
+        # A replay is an enqueue: the door's blocks, then quota admission (drop:
+        # the over-quota ones stay dead and are answered shed).
+        if rows:
+            core.door.blocks(namespace)
         queue = a.queue or _first_queue(rows)
         live, _reason = core.admission.admit(tx, namespace, len(rows), queue)
         results = []

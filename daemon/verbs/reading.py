@@ -16,6 +16,7 @@ from daemon.verbs.working import _queue_names
 
 if TYPE_CHECKING:
     from daemon.services import Services
+    from daemon.store.interface import JobRow
 
 PROTOCOL_VERSION = 1
 
@@ -45,14 +46,20 @@ class GetArgs:
     job_id: str = attrs.field(validator=text(JOB_ID_LEN))
 
 
+def job_of(core: Services, call: Call, job_id: str) -> JobRow:
+    """The caller's job ``job_id``: ``not_found`` if absent or another namespace's,
+    ``forbidden`` in a queue outside the token's scope."""
+    row = core.store.jobs.get(call.namespace, job_id)
+    if row is None:
+        raise not_found(f"job {job_id!r}")
+    call.scope(row.queue)
+    return row
+
+
 @verb("get", ANY, GetArgs)
 def get(core: Services, call: Call, a: GetArgs) -> Plan:
     """One job by id."""
-    row = core.store.jobs.get(call.namespace, a.job_id)
-    if row is None:
-        raise not_found(f"job {a.job_id!r}")
-    call.scope(row.queue)
-    return answer_now({"job": core.job_wire(row)})
+    return answer_now({"job": core.job_wire(job_of(core, call, a.job_id))})
 
 
 def _status(_inst: Any, attr: attrs.Attribute, value: str | None) -> None:

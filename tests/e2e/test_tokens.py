@@ -125,6 +125,11 @@ def _check_get(w: World) -> None:
     _not_found(w, "get", job_id=w.pending["id"])
 
 
+def _check_explain(w: World) -> None:
+    for job in (w.pending, w.running, w.dead):
+        _not_found(w, "explain", job_id=job["id"])
+
+
 def _check_claim(w: World) -> None:
     _not_found(w, "claim", job_id=w.pending["id"])
 
@@ -320,6 +325,7 @@ def _check_audit_list(w: World) -> None:
 ISOLATION: dict[str, Callable[[World], None]] = {
     "hello": _check_hello,
     "get": _check_get,
+    "explain": _check_explain,
     "claim": _check_claim,
     "heartbeat": _check_heartbeat,
     "complete": _check_complete,

@@ -65,6 +65,7 @@ SEEDS: dict[str, list[dict[str, Any]]] = {
     "fail": [{"job_id": JOB, "lease": LEASE, "error": "boom", "retry_in_ms": 100, "dead": False}],
     "release": [{"job_id": JOB, "lease": LEASE, "delay_ms": 100}],
     "get": [{"job_id": JOB}],
+    "explain": [{"job_id": JOB}],
     "list": [{"queue": "images", "status": "pending", "limit": 10, "after": JOB}],
     "status": [{}],
     "subscribe": [{"queues": ["images"]}],

@@ -561,3 +561,15 @@ def test_the_limit_state_is_read_back_whole_in_one_statement(store):
     assert state.rates == [("ns", (10, T, 0))]
     # Each window's two latest rows (a daemon a moment behind reads the one before).
     assert state.policies == [(policy, {"day": {T: 7, T - 1000: 4}, "second": {T + 1000: 1, T: 2}})]
+
+
+def test_ahead_counts_claimable_jobs_before_one_in_claim_order_up_to_a_limit(store):
+    _insert(store, _job("a", priority=5), _job("b", priority=1, ready_at=T + 9),
+            _job("c", priority=1, ready_at=T), _job("d", priority=1, ready_at=T),
+            _job("p", priority=0, parked_on="gpu"), _job("s", lc.SCHEDULED, priority=0),
+            _job("o", priority=0, queue="other"))  # fmt: skip
+    ahead = {r: store.write(lambda tx, r=r: tx.store.jobs.ahead(store.job(r), 100))
+             for r in "abcd"}  # fmt: skip
+    # Claim order is c, d, b, a; parked, scheduled and other queues' jobs do not count.
+    assert ahead == {"c": 0, "d": 1, "b": 2, "a": 3}
+    assert store.write(lambda tx: tx.store.jobs.ahead(store.job("a"), 2)) == 2
