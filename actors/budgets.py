@@ -90,6 +90,22 @@ class Budget:
 
         return undo
 
+    def hold(self, job_id: str, cost: int) -> Undo:
+        """Job ``job_id`` starts running on a shadowed budget that cannot pay for it:
+        its ``cost`` is in flight (a level: what runs), no token is taken (a
+        denial never debits, actors.shadow)."""
+        raw, promised = self.pool.raw(), self.reserved.pop(job_id, None)
+        self.pool.in_flight += cost
+        self.holders.add(job_id)
+
+        def undo() -> None:
+            self.pool.restore(raw)
+            self.holders.discard(job_id)
+            if promised is not None:
+                self.reserved[job_id] = promised
+
+        return undo
+
     def credit(self, job_id: str, cost: int) -> Undo:
         """Job ``job_id`` left ``running``: its ``cost`` is no longer in flight."""
         raw, held = self.pool.raw(), job_id in self.holders
@@ -220,6 +236,8 @@ class Budget:
         when only a job finishing (or a claim, or an update) can change it."""
         if self.parked <= 0:
             return None
+        if not self.spec.enforce:
+            return now_ms  # a shadowed budget parks nothing: let them all go
         return self.eligible_at((self.head_cost or 1) + self.reserved_cost, now_ms)
 
     def eligible_at(self, cost: int, now_ms: int) -> int | None:
@@ -233,8 +251,9 @@ class Budget:
         return None if at is None else max(at, until)
 
     def to_wire(self, now_ms: int) -> dict[str, Any]:
-        """The budget object of the wire contract (seed 003's shape plus ``state``)."""
-        return {
+        """The budget object of the wire contract (seed 003's shape plus ``state``;
+        ``enforce`` only when false, as a strategy's optional fields)."""
+        out = {
             "key": self.key,
             "allocation": self.spec.allocation,
             "strategy": self.spec.strategy.to_dict(),
@@ -246,6 +265,9 @@ class Budget:
                 **self.pause_state(now_ms),
             },
         }
+        if not self.spec.enforce:
+            out["enforce"] = False
+        return out
 
     def pause_state(self, now_ms: int) -> dict[str, Any]:
         """``{paused_until, pause_reason}`` of the ``state`` (both null unless paused now)."""
