@@ -78,24 +78,22 @@ class Budget:
     def debit(self, job_id: str, cost: int, now_ms: int) -> Undo:
         """Job ``job_id`` starts running and holds ``cost`` tokens (the caller has
         checked :meth:`TokenPool.can_debit`); what was promised to it is taken."""
-        raw, promised = self.pool.raw(), self.reserved.pop(job_id, None)
+        undo = self._starts(job_id)
         self.pool.debit(cost, now_ms)
-        self.holders.add(job_id)
-
-        def undo() -> None:
-            self.pool.restore(raw)
-            self.holders.discard(job_id)
-            if promised is not None:
-                self.reserved[job_id] = promised
-
         return undo
 
     def hold(self, job_id: str, cost: int) -> Undo:
         """Job ``job_id`` starts running on a shadowed budget that cannot pay for it:
         its ``cost`` is in flight (a level: what runs), no token is taken (a
         denial never debits, actors.shadow)."""
-        raw, promised = self.pool.raw(), self.reserved.pop(job_id, None)
+        undo = self._starts(job_id)
         self.pool.in_flight += cost
+        return undo
+
+    def _starts(self, job_id: str) -> Undo:
+        """Job ``job_id`` becomes a holder and takes its promise; the undo puts the
+        pool back as it is before the caller changes it."""
+        raw, promised = self.pool.raw(), self.reserved.pop(job_id, None)
         self.holders.add(job_id)
 
         def undo() -> None:

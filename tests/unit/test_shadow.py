@@ -118,9 +118,7 @@ async def test_shadowing_a_budget_lets_its_parked_jobs_go(tmp_path, autojump_clo
         assert audit[-1]["after"]["enforce"] is False and "enforce" not in audit[-1]["before"]
 
 
-async def test_a_shadowed_quota_writes_everything_and_counts_the_excess(
-    tmp_path, autojump_clock
-):
+async def test_a_shadowed_quota_writes_everything_and_counts_the_excess(tmp_path, autojump_clock):
     async with running_core(tmp_path) as core:
         await call(core, "quota_set", quota={"max_pending": 3, "max_running": 2,
                                              "enforce": False})  # fmt: skip
@@ -185,8 +183,11 @@ async def test_the_config_file_provisions_shadowed_limits(tmp_path, autojump_clo
         "t.toml",
     )  # fmt: skip
     async with running_core(tmp_path, config=config) as core:
-        for write in (provision(core, config.budget_specs), core.quotas.provision(),
-                      policy_provision.provision(core.policies, config.policy_tables)):
+        for write in (
+            provision(core, config.budget_specs),
+            core.quotas.provision(),
+            policy_provision.provision(core.policies, config.policy_tables),
+        ):
             await core.writer.write(write)
         assert (await call(core, "quota_get"))["quota"]["enforce"] is False
         assert (await call(core, "budget_get", key="b"))["budget"]["enforce"] is False
