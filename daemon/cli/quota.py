@@ -24,7 +24,7 @@ from typing import Any
 from actors.limits import NAME_RE
 from daemon.cli.context import Context, UsageError
 from daemon.cli.output import compact, emit_json
-from daemon.cli.shadow import add_enforce_options, enforce_of
+from daemon.cli.shadow import SHADOW_NOTE, add_enforce_options, enforce_of
 
 #: The largest count a limit takes (``actors.quota.MAX_LIMIT``: int64).
 MAX_LIMIT = 2**63 - 1
@@ -231,6 +231,8 @@ def render(result: dict[str, Any], namespace: str | None = None) -> str:
 
 
 def _cell(value: Any) -> str:
+    if value is False:  # the one boolean of the document: enforce
+        return f"false ({SHADOW_NOTE})"
     return value if isinstance(value, str) else compact(value)
 
 

@@ -98,6 +98,8 @@ async def test_a_shadowed_budget_lets_the_burst_through(tmp_path, autojump_clock
         # time_based: only the 3 it would have admitted took tokens (none left);
         # while_in_flight: 10 run, 7 over the allocation.
         assert state["available"] == (0 if strategy["type"] == "time_based" else -7)
+        (waiting,) = (await call(core, "list", status="pending"))["jobs"]
+        assert waiting["admission"]["state"] == "admitted"  # it holds nothing back
         patched = await call(core, "budget_patch", key="b", enforce=True)
         assert "enforce" not in patched["budget"]
         answer = await call(core, "claim_next", queues=["q"])
