@@ -24,7 +24,7 @@ from actors.claim_windows import MAX_CLAIMS, ClaimWindow, WindowUsage, parse_win
 from actors.errors import invalid
 from actors.group_policy import GROUP_FIELDS, NO_GROUPS, GroupPolicy, parse_group_policy
 from actors.group_ring import GroupRing
-from actors.shadow import POLICY_IN_FLIGHT, POLICY_WINDOW, parse_enforce
+from actors.shadow import POLICY_GROUP, POLICY_IN_FLIGHT, POLICY_WINDOW, parse_enforce
 from actors.window import Window, parse_window
 
 MAX_IN_FLIGHT = 10_000
@@ -260,11 +260,15 @@ class PolicyState:
 
     def would_room(self, running: int, now_ms: int) -> tuple[int | None, str]:
         """A shadowed policy: the room it would leave if enforcing, and the limit
-        that sets it (``policy.window`` when a window is as tight as the slots)."""
+        that sets it (``policy.window`` when a window is as tight as the slots;
+        ``policy.group`` when only its groups' limits hold the queue)."""
         assert self.policy is not None
         room = self._room(self.policy, running, now_ms)
-        windows = min((m.room() for m in self.meters), default=None)
-        return room, POLICY_WINDOW if windows is not None and windows == room else POLICY_IN_FLIGHT
+        if room == min((m.room() for m in self.meters), default=None):
+            return room, POLICY_WINDOW
+        if self.policy.max_in_flight is None or room != self.free(running):
+            return room, POLICY_GROUP
+        return room, POLICY_IN_FLIGHT
 
     def _room(self, policy: Policy, running: int, now_ms: int) -> int | None:
         room: int | None = None
