@@ -139,6 +139,8 @@ async def test_a_shadowed_quota_writes_everything_and_counts_the_excess(tmp_path
             "running_full"
         )
         assert decisions(core, "quota.max_pending", "blocked") == 1
+        audit = (await call(core, "audit_list", target_kind="namespace"))["records"]
+        assert audit[-1]["before"]["enforce"] is False and "enforce" not in audit[-1]["after"]
 
 
 async def test_a_shadowed_rate_charges_only_what_it_would_admit(tmp_path, autojump_clock):
@@ -210,3 +212,11 @@ def test_a_bad_enforce_in_the_config_file_names_the_field():
                                                "strategy": {"type": "while_in_flight"}}}}},
                      "t.toml")  # fmt: skip
     assert "budgets.ns.b.enforce" in str(info.value)
+
+
+async def test_a_shadowed_group_cap_holds_no_group_back(tmp_path, autojump_clock):
+    async with running_core(tmp_path) as core:
+        await call(core, "policy_set", queue="q", max_in_flight_per_group=1, enforce=False)
+        await enqueue(core, 3, group="a")
+        assert await claim_one_by_one(core, 3) == 3
+        assert decisions(core, "policy.group", "would_block") == 2
