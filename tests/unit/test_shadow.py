@@ -220,3 +220,17 @@ async def test_a_shadowed_group_cap_holds_no_group_back(tmp_path, autojump_clock
         await enqueue(core, 3, group="a")
         assert await claim_one_by_one(core, 3) == 3
         assert decisions(core, "policy.group", "would_block") == 2
+
+
+async def test_a_shadowed_quota_shadows_its_door_limits_not_the_hard_ones(tmp_path, autojump_clock):
+    async with running_core(tmp_path) as core:
+        bucket = {"capacity": 1, "refill_per_s": 0.001}
+        await call(core, "quota_set", quota={"request_rate": bucket, "max_item_bytes": 6,
+                                             "enforce": False})  # fmt: skip
+        for _ in range(3):
+            await call(core, "status")
+        sample = core.metrics.registry.get_sample_value
+        labels = {"limit": "request_rate", "outcome": "would_block"}
+        assert sample("sluicegate_door_decisions_total", labels) == 2  # the first had a token
+        too_big = await refused(call(core, "enqueue", queue="q", type="t", payload={"a": 1}))
+        assert too_big.code == "payload_too_large"  # hard, even in shadow mode
