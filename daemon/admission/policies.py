@@ -37,7 +37,7 @@ from actors.shadow import (
     POLICY_WINDOW,
     WOULD_BLOCK,
     over,
-)  # fmt: skip
+)
 from daemon.admission.door import log_decision
 from daemon.admission.doorbell import Doorbell
 from daemon.admission.groups import Groups
