@@ -46,7 +46,7 @@ from actors.limits import MAX_TOKENS
 WHILE_IN_FLIGHT: Literal["while_in_flight"] = "while_in_flight"
 TIME_BASED: Literal["time_based"] = "time_based"
 STRATEGIES = (WHILE_IN_FLIGHT, TIME_BASED)
-SPEC_FIELDS = frozenset({"allocation", "strategy"})
+SPEC_FIELDS = frozenset({"allocation", "strategy", "enforce"})
 STRATEGY_FIELDS = frozenset({"type", "duration_ms", "burst"})
 
 #: The problems :class:`SpecError` names.
@@ -57,6 +57,7 @@ UNREADABLE = "unreadable"  # duration_ms the caller's reader refused (``detail``
 BAD_TYPE = "bad_type"  # strategy.type is neither strategy
 REQUIRED = "required"  # time_based without duration_ms
 TIME_BASED_ONLY = "time_based_only"  # while_in_flight with duration_ms or burst
+BAD_FLAG = "bad_flag"  # enforce: not a boolean
 
 
 class SpecError(ValueError):
@@ -123,9 +124,11 @@ def parse_spec(
     allocation = value.get("allocation")
     if not _count(allocation, most):
         raise SpecError("allocation", BAD_COUNT)
-    return BudgetSpec(
-        allocation, parse_strategy(value.get("strategy"), most=most, duration=duration)
-    )
+    strategy = parse_strategy(value.get("strategy"), most=most, duration=duration)
+    enforce = value.get("enforce", True)
+    if type(enforce) is not bool and enforce is not None:
+        raise SpecError("enforce", BAD_FLAG)
+    return BudgetSpec(allocation, strategy, enforce is not False)
 
 
 @attrs.frozen
@@ -152,6 +155,9 @@ class BudgetSpec:
 
     allocation: int
     strategy: Strategy
+    #: False: shadow mode (actors.shadow): the budget is debited as if enforcing
+    #: and parks nothing.
+    enforce: bool = True
 
     @property
     def cap(self) -> int:

@@ -78,8 +78,22 @@ class Budget:
     def debit(self, job_id: str, cost: int, now_ms: int) -> Undo:
         """Job ``job_id`` starts running and holds ``cost`` tokens (the caller has
         checked :meth:`TokenPool.can_debit`); what was promised to it is taken."""
-        raw, promised = self.pool.raw(), self.reserved.pop(job_id, None)
+        undo = self._starts(job_id)
         self.pool.debit(cost, now_ms)
+        return undo
+
+    def hold(self, job_id: str, cost: int) -> Undo:
+        """Job ``job_id`` starts running on a shadowed budget that cannot pay for it:
+        its ``cost`` is in flight (a level: what runs), no token is taken (a
+        denial never debits, actors.shadow)."""
+        undo = self._starts(job_id)
+        self.pool.in_flight += cost
+        return undo
+
+    def _starts(self, job_id: str) -> Undo:
+        """Job ``job_id`` becomes a holder and takes its promise; the undo puts the
+        pool back as it is before the caller changes it."""
+        raw, promised = self.pool.raw(), self.reserved.pop(job_id, None)
         self.holders.add(job_id)
 
         def undo() -> None:
@@ -220,6 +234,8 @@ class Budget:
         when only a job finishing (or a claim, or an update) can change it."""
         if self.parked <= 0:
             return None
+        if not self.spec.enforce:
+            return now_ms  # a shadowed budget parks nothing: let them all go
         return self.eligible_at((self.head_cost or 1) + self.reserved_cost, now_ms)
 
     def eligible_at(self, cost: int, now_ms: int) -> int | None:
@@ -233,8 +249,9 @@ class Budget:
         return None if at is None else max(at, until)
 
     def to_wire(self, now_ms: int) -> dict[str, Any]:
-        """The budget object of the wire contract (seed 003's shape plus ``state``)."""
-        return {
+        """The budget object of the wire contract (seed 003's shape plus ``state``;
+        ``enforce`` only when false, as a strategy's optional fields)."""
+        out = {
             "key": self.key,
             "allocation": self.spec.allocation,
             "strategy": self.spec.strategy.to_dict(),
@@ -246,6 +263,9 @@ class Budget:
                 **self.pause_state(now_ms),
             },
         }
+        if not self.spec.enforce:
+            out["enforce"] = False
+        return out
 
     def pause_state(self, now_ms: int) -> dict[str, Any]:
         """``{paused_until, pause_reason}`` of the ``state`` (both null unless paused now)."""

@@ -22,6 +22,7 @@ from actors.bucket import TokenBucket
 from actors.budget import TokenPool
 from actors.errors import Refused
 from actors.quota import Bucket, Quota
+from actors.shadow import QUOTA_PENDING, QUOTA_RATE
 from actors.usage import MonthlyUse, StorageBlock
 
 Undo = Callable[[], None]
@@ -35,6 +36,9 @@ class Admitted:
     live: int
     #: Why the others are shed (``drop``): ``"max_pending"`` or ``"enqueue_rate"``.
     shed_reason: str | None = None
+    #: Each limit evaluated: (limit label, jobs it admits, jobs it holds or, when
+    #: the document is shadowed, would hold), in evaluation order.
+    decisions: tuple[tuple[str, int, int], ...] = ()
 
 
 def retry_after_s(wait_ms: int) -> int:
@@ -107,32 +111,43 @@ class NamespaceActor:
 
         Depth first, so a call refused for depth spends no rate tokens; then
         rate. ``reject`` refuses the whole call (nothing spent); ``drop`` keeps
-        what fits and sheds the rest. Returns the outcome and its undo.
+        what fits and sheds the rest. A shadowed document (``enforce = false``)
+        admits all ``n`` and says in :attr:`Admitted.decisions` how many each
+        limit would have held; its rate bucket pays only for the jobs it would
+        have admitted (a denial never debits). Returns the outcome and its undo.
         """
         if self.broken is not None:
             raise self.unavailable()
         quota = self.quota
         if quota is None or n == 0:
             return Admitted(n), _nothing
+        enforce = quota.enforce
         pending += self.pending_extra
         live, reason = n, None
+        decisions = []
+        fit = n  # what max_pending admits; the rate decides on those
         cap = quota.max_pending
-        if cap is not None and pending + n > cap:
-            if quota.on_excess == "reject":
-                raise _queue_full(queue, pending, n, cap)
-            live, reason = max(0, cap - pending), "max_pending"
+        if cap is not None:
+            if pending + n > cap:
+                if quota.on_excess == "reject" and enforce:
+                    raise _queue_full(queue, pending, n, cap)
+                fit = 0 if quota.on_excess == "reject" else max(0, cap - pending)
+                if enforce:
+                    live, reason = fit, "max_pending"
+            decisions.append((QUOTA_PENDING, fit, n - fit))
         undo_rate = _nothing
-        if self.rate is not None and live > 0:
-            affordable = live if self.rate.can_debit(live, now_ms) else 0
-            if affordable < live and quota.on_excess == "drop":
-                affordable = min(live, int(self.rate.available(now_ms)))
-            if affordable < live and quota.on_excess == "reject":
-                raise self._rate_limited(live, now_ms)
-            if affordable < live:
+        if self.rate is not None and fit > 0:
+            affordable = fit if self.rate.can_debit(fit, now_ms) else 0
+            if affordable < fit and quota.on_excess == "drop":
+                affordable = min(fit, int(self.rate.available(now_ms)))
+            if affordable < fit and quota.on_excess == "reject" and enforce:
+                raise self._rate_limited(fit, now_ms)
+            if affordable < fit and enforce:
                 live, reason = affordable, "enqueue_rate"
-            if live:
+            decisions.append((QUOTA_RATE, affordable, fit - affordable))
+            if affordable:
                 raw = self.rate.raw()
-                self.rate.debit(live, now_ms)
+                self.rate.debit(affordable, now_ms)
                 rate = self.rate
                 undo_rate = lambda: rate.restore(raw)  # noqa: E731
         self.pending_extra += live
@@ -141,7 +156,7 @@ class NamespaceActor:
             self.pending_extra -= live
             undo_rate()
 
-        return Admitted(live, reason), undo
+        return Admitted(live, reason, tuple(decisions)), undo
 
     def _rate_limited(self, n: int, now_ms: int) -> Refused:
         assert self.rate is not None and self.quota is not None
@@ -161,11 +176,13 @@ class NamespaceActor:
 
     # -- dispatch ------------------------------------------------------------------
 
-    def running_room(self, running: int) -> int | None:
-        """How many more jobs may start now (None: no limit)."""
-        if self.quota is None or self.quota.max_running is None:
+    def running_room(self, running: int, *, shadow: bool = False) -> int | None:
+        """How many more jobs may start now (None: no limit, or a shadowed one;
+        ``shadow``: the room a shadowed ``max_running`` would leave)."""
+        quota = self.quota
+        if quota is None or quota.max_running is None or quota.enforce == shadow:
             return None
-        return max(0, self.quota.max_running - running - self.running_extra)
+        return max(0, quota.max_running - running - self.running_extra)
 
     def claiming(self, n: int) -> Undo:
         """``n`` jobs are being claimed by an uncommitted transaction."""

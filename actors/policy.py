@@ -24,6 +24,7 @@ from actors.claim_windows import MAX_CLAIMS, ClaimWindow, WindowUsage, parse_win
 from actors.errors import invalid
 from actors.group_policy import GROUP_FIELDS, NO_GROUPS, GroupPolicy, parse_group_policy
 from actors.group_ring import GroupRing
+from actors.shadow import POLICY_GROUP, POLICY_IN_FLIGHT, POLICY_WINDOW, parse_enforce
 from actors.window import Window, parse_window
 
 MAX_IN_FLIGHT = 10_000
@@ -47,6 +48,8 @@ class Policy:
     windows: tuple[ClaimWindow, ...] | None = None
     #: How claims are shared among the queue's groups (actors.group_policy).
     groups: GroupPolicy = NO_GROUPS
+    #: False: shadow mode (actors.shadow): evaluated and counted, holds nothing back.
+    enforce: bool = True
 
     def claim_windows(self) -> tuple[ClaimWindow, ...]:
         """Every claim window, the single-window form being a one-element list."""
@@ -73,6 +76,8 @@ class Policy:
             }
         if self.groups != NO_GROUPS:
             out.update(self.groups.to_dict())
+        if not self.enforce:  # shown when false, as the group fields when set
+            out["enforce"] = False
         return out
 
 
@@ -90,12 +95,13 @@ def parse_policy(doc: Any) -> Policy:
         raise invalid("policy", "a policy is an object")
     for name in doc:
         if name not in ("max_in_flight", "max_claims_per_window", "window", "windows",
-                        *GROUP_FIELDS):  # fmt: skip
+                        "enforce", *GROUP_FIELDS):  # fmt: skip
             raise invalid(name, f"unknown policy field {name!r}")
     in_flight = _limit("max_in_flight", doc.get("max_in_flight"), MAX_IN_FLIGHT)
     groups = parse_group_policy(doc, in_flight)
+    enforce = parse_enforce(doc.get("enforce"))
     if doc.get("windows") is not None:
-        return _stacked(doc, in_flight, groups)
+        return attrs.evolve(_stacked(doc, in_flight, groups), enforce=enforce)
     claims = _limit("max_claims_per_window", doc.get("max_claims_per_window"), MAX_CLAIMS)
     window = None if doc.get("window") is None else parse_window(doc["window"])
     if in_flight is None and claims is None and groups == NO_GROUPS:
@@ -107,7 +113,7 @@ def parse_policy(doc: Any) -> Policy:
         raise invalid("window", "max_claims_per_window needs a window")
     if claims is None and window is not None:
         raise invalid("window", "a window applies to max_claims_per_window only")
-    return Policy(in_flight, claims, window, groups=groups)
+    return Policy(in_flight, claims, window, groups=groups, enforce=enforce)
 
 
 def _stacked(doc: dict[str, Any], in_flight: int | None, groups: GroupPolicy) -> Policy:
@@ -212,8 +218,8 @@ class PolicyState:
         if self.broken is not None:
             return Status("deferred", "admission_unavailable")
         policy = self.policy
-        if policy is None:
-            return ADMITTED
+        if policy is None or not policy.enforce:
+            return ADMITTED  # a shadowed policy holds nothing back
         meters = self.meters
         self.roll(now_ms)  # first: what a paused queue shows of its windows is current too
         if policy.max_in_flight == 0 or any(m.limit.max_claims == 0 for m in meters):
@@ -238,12 +244,33 @@ class PolicyState:
         return ADMITTED
 
     def room(self, running: int, now_ms: int) -> int | None:
-        """How many claims the queue admits now (None: no limit). 0 when deferred."""
+        """How many claims the queue admits now (None: no limit, or shadowed). 0 when
+        deferred."""
         if self.broken is not None:
             return 0
         policy = self.policy
-        if policy is None:
+        if policy is None or not policy.enforce:
             return None
+        return self._room(policy, running, now_ms)
+
+    @property
+    def shadowed(self) -> bool:
+        """A readable policy with ``enforce`` false."""
+        return self.broken is None and self.policy is not None and not self.policy.enforce
+
+    def would_room(self, running: int, now_ms: int) -> tuple[int | None, str]:
+        """A shadowed policy: the room it would leave if enforcing, and the limit
+        that sets it (``policy.window`` when a window is as tight as the slots;
+        ``policy.group`` when only its groups' limits hold the queue)."""
+        assert self.policy is not None
+        room = self._room(self.policy, running, now_ms)
+        if room == min((m.room() for m in self.meters), default=None):
+            return room, POLICY_WINDOW
+        if self.policy.max_in_flight is None or room != self.free(running):
+            return room, POLICY_GROUP
+        return room, POLICY_IN_FLIGHT
+
+    def _room(self, policy: Policy, running: int, now_ms: int) -> int | None:
         room: int | None = None
         if self.meters:
             self.roll(now_ms)
@@ -260,16 +287,18 @@ class PolicyState:
             return 0
         return room
 
-    def charge(self, n: int) -> Undo:
-        """``n`` claims of this transaction: charged to every window, in flight."""
+    def charge(self, n: int, windows: int | None = None) -> Undo:
+        """``n`` claims of this transaction: in flight, and charged to every window
+        (only ``windows`` of them: a shadowed policy charges what it would admit)."""
+        k = n if windows is None else windows
         charged = [(m, m.start) for m in self.meters]
         for meter, _start in charged:
-            meter.used += n
+            meter.used += k
         self.in_flight_delta += n
 
         def undo() -> None:
             for meter, start in charged:
-                meter.uncharge(start, n)
+                meter.uncharge(start, k)
             self.in_flight_delta -= n
 
         return undo

@@ -21,6 +21,7 @@ import attrs
 
 from actors.budget import TIME_BASED, BudgetSpec, Strategy
 from actors.errors import invalid
+from actors.shadow import parse_enforce
 
 _RATE = re.compile(r"^([0-9]+)/(s|m|h)$")
 _UNIT_MS = {"s": 1_000, "m": 60_000, "h": 3_600_000}
@@ -86,14 +87,17 @@ class Quota:
     max_retained_bytes: int | None = None
     retained_release_band: float | None = None
     monthly_jobs_quota: int | None = None
+    #: False: shadow mode for the whole document (actors.shadow): its limits are
+    #: evaluated, logged and counted, and hold nothing back (hard limits excepted).
+    enforce: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         """The document as stored and shown: only the fields that are set
-        (``on_excess`` always)."""
+        (``on_excess`` always; ``enforce`` only when false)."""
         out: dict[str, Any] = {}
         for field in attrs.fields(Quota):
             value = getattr(self, field.name)
-            if value is None:
+            if value is None or value is True:
                 continue
             if isinstance(value, Rate):
                 value = str(value)
@@ -161,6 +165,8 @@ def parse_quota(doc: Any) -> Quota:
             values[name] = parse_rate(value)
         elif name in ("request_rate", "message_rate"):
             values[name] = _bucket(name, value)
+        elif name == "enforce":
+            values[name] = parse_enforce(value)
         elif name == "retained_release_band":
             if type(value) not in (int, float) or not 0 <= value <= 1:
                 raise invalid(name, "retained_release_band must be a fraction from 0 to 1")

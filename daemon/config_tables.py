@@ -118,6 +118,8 @@ def _budget_problem(exc: SpecError, body: Any) -> ValueError:
         if field == "strategy":
             return FieldError(field, 'must be a table such as { type = "while_in_flight" }')
         return ValueError("expected a table with allocation and strategy")
+    if problem == spec_parser.BAD_FLAG:
+        return FieldError(field, "must be true or false")
     if problem == spec_parser.BAD_TYPE:
         return FieldError(field, "must be while_in_flight or time_based")
     if problem == spec_parser.TIME_BASED_ONLY or (

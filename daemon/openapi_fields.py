@@ -28,6 +28,10 @@ FIELD_SCHEMAS: dict[str, Schema] = {
         "maximum": MAX_TOKENS,
     },
     "BudgetPatchArgs.strategy": {"type": ["object", "null"]},
+    # Shadow mode (docs/rollout.md): null or absent is true.
+    "BudgetSetArgs.enforce": {"type": ["boolean", "null"]},
+    "BudgetPatchArgs.enforce": {"type": ["boolean", "null"]},
+    "PolicySetArgs.enforce": {"type": ["boolean", "null"]},
     "CompleteArgs.cost": {
         "type": ["object", "null"],
         "maxProperties": MAX_BINDINGS,
@@ -45,6 +49,7 @@ FIELD_SCHEMAS: dict[str, Schema] = {
         "properties": {
             "allocation": {"type": "integer", "minimum": 1, "maximum": MAX_TOKENS},
             "strategy": STRATEGY,
+            "enforce": {"type": ["boolean", "null"]},
         },
         "additionalProperties": False,
     },

@@ -199,6 +199,7 @@ COMPONENTS: dict[str, Schema] = {
             "created_at": INT,
             "updated_at": INT,
             "state": BUDGET_STATE,
+            "enforce": {"type": "boolean", "description": "false: shadow mode (shown only then)"},
         },
     },
     "Policy": {
@@ -210,6 +211,7 @@ COMPONENTS: dict[str, Schema] = {
             "max_claims_per_window": _NULLABLEINT,
             "window": {"type": ["object", "null"]},
             "windows": CLAIM_WINDOWS,
+            "enforce": {"type": "boolean", "description": "false: shadow mode (shown only then)"},
             "source": {"type": "string"},
         },
     },

@@ -102,6 +102,7 @@ class BudgetAnswers:
         for budget, cost in self._resolve(namespace, row.budgets):
             if budget.key == parked_on or (
                 parked_on is None
+                and budget.spec.enforce  # a shadowed budget holds nothing back
                 and (budget.paused(now_ms) or not budget.pool.can_debit(cost, now_ms))
             ):
                 at, exact = self.eligible(budget, cost, now_ms)

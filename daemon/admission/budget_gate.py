@@ -33,9 +33,11 @@ from actors.budgets import Budget, Budgets
 from actors.clock import Clock
 from actors.due import Due, DueActor
 from actors.errors import Refused
+from actors.shadow import ALLOWED, BLOCKED, BUDGET, WOULD_BLOCK
 from daemon import failpoints
 from daemon.admission.budget_answers import BudgetAnswers
 from daemon.admission.budget_release import BudgetRelease
+from daemon.admission.door import log_decision
 from daemon.admission.doorbell import Doorbell
 from daemon.store.interface import Committer, JobRow, Store, Tx
 
@@ -149,7 +151,7 @@ class BudgetGate(BudgetAnswers, BudgetRelease):
             return None
         now = tx.now_ms
         for budget, cost in resolved:
-            if (budget.parked > 0 or budget.paused(now)
+            if budget.spec.enforce and (budget.parked > 0 or budget.paused(now)
                     or not budget.pool.can_debit(cost + budget.reserved_cost, now)):  # fmt: skip
                 self._count_parked(tx, budget, queue, cost, 1, newest=True)
                 return budget.key
@@ -204,19 +206,41 @@ class BudgetGate(BudgetAnswers, BudgetRelease):
                 return claimed
 
     def debit(self, tx: Tx, row: JobRow) -> Budget | None:
-        """Debit every budget of ``row`` at once, or none: the first that cannot pay."""
+        """Debit every budget of ``row`` at once, or none: the first that cannot pay.
+
+        A shadowed budget that cannot pay lets the job through: its cost is held
+        in flight, no token is taken, and the decision is logged and counted.
+        """
         now = tx.now_ms
         resolved = self._resolve(row.namespace, row.budgets)
+        shadowed: list[Budget] = []
         for budget, cost in resolved:
             if not budget.pool.can_debit(cost, now) or budget.paused(now):
-                return budget
+                if budget.spec.enforce:
+                    return budget
+                shadowed.append(budget)
         job_id = row.id
         for budget, cost in resolved:
-            tx.undo(budget.debit(job_id, cost, now))
+            if shadowed and budget in shadowed:
+                tx.undo(budget.hold(job_id, cost))
+            else:
+                tx.undo(budget.debit(job_id, cost, now))
             self._changed(budget, now)
-        metrics = self._metrics
-        tx.after(lambda: [metrics.budget_debited(b.key, c) for b, c in resolved])
+        tx.after(lambda: self._debited(row.namespace, resolved, shadowed))
         return None
+
+    def _debited(self, namespace: str, resolved: list[tuple[Budget, int]],
+                 shadowed: list[Budget]) -> None:  # fmt: skip
+        """A claim's debits committed: counted (those a shadowed budget would have
+        refused as ``would_block``, logged)."""
+        metrics = self._metrics
+        for budget, cost in resolved:
+            if shadowed and budget in shadowed:
+                log_decision(namespace, BUDGET, False, budget=budget.key)
+                metrics.admission_decision(BUDGET, WOULD_BLOCK)
+            else:
+                metrics.budget_debited(budget.key, cost)
+                metrics.admission_decision(BUDGET, ALLOWED)
 
     def park(self, tx: Tx, row: JobRow, budget: Budget) -> None:
         """Park ``row`` on ``budget``: out of the ready index until released."""
@@ -263,6 +287,8 @@ class BudgetGate(BudgetAnswers, BudgetRelease):
                     del self.parked_by_queue[queue]
             if n > 0:
                 self._wake(budget)
+                log_decision(budget.namespace, BUDGET, True, budget=budget.key, jobs=n)
+                self._metrics.admission_decision(BUDGET, BLOCKED, n)
 
         tx.undo(undo)
         tx.after(effect)

@@ -12,7 +12,8 @@ Limits come from the namespace's quota document (``request_rate``,
    touches it); deliveries are debited after the fact by the jobs a claim
    returns, so it can go negative.
 
-With ``daemon.enforce = false`` (shadow mode) a bucket decision that would
+With ``daemon.enforce = false`` (shadow mode), or a quota document with
+``enforce = false``, a bucket decision that would
 block is logged (``limits namespace=<ns> limit=<field> would_block=true``) and
 counted, and the request proceeds; hard limits refuse regardless. An
 unlimited bucket allows without touching any state. Only rate limits answer
@@ -47,6 +48,18 @@ _MESSAGES = {
 #: A bucket unused this long is dropped (seed 001); sweeps at most this often.
 IDLE_MS = 600_000
 SWEEP_EVERY_MS = 120_000
+
+
+def log_decision(namespace: str, limit: str, blocked: bool, **fields: Any) -> None:
+    """The logfmt line of a limit that holds something back (PROTOCOL.md, "Door
+    accounting"): ``limits namespace=<ns> limit=<limit> [<field>=<value> ...]
+    would_block=true``, or ``blocked=true`` when enforcing. Door limits, budgets,
+    queue policies and quotas all log through here."""
+    if not log.isEnabledFor(logging.INFO):
+        return
+    extra = "".join(f" {k}={v}" for k, v in fields.items())
+    outcome = "blocked" if blocked else "would_block"
+    log.info("limits namespace=%s limit=%s%s %s=true", namespace, limit, extra, outcome)
 
 
 class Door:
@@ -137,21 +150,20 @@ class Door:
                 "rate_limited", _MESSAGES[limit], limit=limit, retry_after=retry_after_s(wait)
             )
 
-    @property
-    def enforcing(self) -> bool:
-        """Whether a door limit that is over refuses (False: shadow mode, ``daemon.enforce``)."""
-        return self._config().daemon.enforce
+    def enforces(self, namespace: str) -> bool:
+        """Whether a door limit of ``namespace`` that is over refuses (False: shadow
+        mode, ``daemon.enforce = false`` or the namespace's quota ``enforce = false``)."""
+        quota = self._namespaces.find(namespace).quota
+        return self._config().daemon.enforce and (quota is None or quota.enforce)
 
     def _blocks(self, namespace: str, limit: str) -> bool:
         """A limit is over: log and count the decision; True when enforcing (refuse),
-        False in shadow mode (let it through)."""
-        if not self.enforcing:
-            log.info("limits namespace=%s limit=%s would_block=true", namespace, limit)
-            self._metrics.door_decision(limit, "would_block")
-            return False
-        log.info("limits namespace=%s limit=%s blocked=true", namespace, limit)
-        self._metrics.door_decision(limit, "blocked")
-        return True
+        False in shadow mode (``daemon.enforce = false``, or the namespace's quota
+        document shadowed: let it through)."""
+        enforce = self.enforces(namespace)
+        log_decision(namespace, limit, enforce)
+        self._metrics.door_decision(limit, "blocked" if enforce else "would_block")
+        return enforce
 
     # -- the checks ----------------------------------------------------------------
 

@@ -26,8 +26,8 @@ The order, per the job's status:
 - ``completed``: none.
 
 Shadow mode: a limit that is not enforced is listed with ``holding`` false
-(:func:`_held`; the door's ``daemon.enforce`` now, budgets', policies' and
-quotas' own ``enforce`` when they have one).
+(:func:`_held`): the door's (``daemon.enforce``, or the namespace's quota
+``enforce``), a budget's, a queue policy's and a quota's own ``enforce``.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ class Explainer:
         if quota is None:
             return []
         out = []
-        enforcing = self._admission.door.enforcing
+        enforcing = self._admission.door.enforces(namespace)
         if quota.max_retained_bytes is not None:
             out.append(Hold("max_retained_bytes", "door", scope, actor.storage.measured,
                             quota.max_retained_bytes,
@@ -120,10 +120,10 @@ class Explainer:
         if quota.max_pending is not None:
             pending = self._admission.quotas.pending_now(namespace)
             out.append(Hold("max_pending", "quota", scope, pending, quota.max_pending,
-                            pending + 1 > quota.max_pending))  # fmt: skip
+                            _held(pending + 1 > quota.max_pending, quota.enforce)))  # fmt: skip
         rate = actor.rate
         if rate is not None:
-            over = not rate.can_debit(1, now_ms)
+            over = _held(not rate.can_debit(1, now_ms), quota.enforce)
             cap, at = rate.spec.cap, rate.eligible_at(1, now_ms) if over else None
             used = round(cap - rate.available(now_ms), 3)
             out.append(Hold("enqueue_rate", "quota", scope, used, cap, over, at, over))
@@ -155,16 +155,18 @@ class Explainer:
         if state.broken is not None or state.policy is None:
             return [Hold("policy", "policy_window", scope, None, None, True)]
         policy = state.policy
+        enforced = policy.enforce
         running = policies.running(key)
         state.roll(now_ms)  # the windows of now, as the claim reads them
         out = []
         for meter in state.meters:
-            cap, over = meter.limit.max_claims, meter.exhausted
+            cap, over = meter.limit.max_claims, _held(meter.exhausted, enforced)
             at = meter.end if over and cap > 0 else None  # 0: paused, nothing frees it
             out.append(Hold(meter.key, "policy_window", scope, meter.used, cap, over, at,
                             at is not None))  # fmt: skip
         if policy.max_in_flight is not None:
-            in_flight, over = running + state.in_flight_delta, state.free(running) == 0
+            in_flight = running + state.in_flight_delta
+            over = _held(state.free(running) == 0, enforced)
             at = policies.lease_hint(key) if over and policy.max_in_flight > 0 else None
             out.append(Hold("max_in_flight", "policy_in_flight", scope, in_flight,
                             policy.max_in_flight, over, at))  # fmt: skip
@@ -179,11 +181,11 @@ class Explainer:
             name = (
                 "group_limits" if group in ring.policy.group_limits else "max_in_flight_per_group"
             )
-            over = held == GROUP_CAP
+            over = _held(held == GROUP_CAP, enforced)
             out.append(Hold(name, "group", scope, ring.in_flight.get(group, 0), cap, over,
                             policies.lease_hint(key) if over else None))  # fmt: skip
         if ring.policy.min_in_flight:
-            over = held == RESERVED
+            over = _held(held == RESERVED, enforced)
             out.append(Hold("min_in_flight", "group", scope, ring.owed_total(),
                             state.free(running), over,
                             policies.lease_hint(key) if over else None))  # fmt: skip
@@ -198,11 +200,12 @@ class Explainer:
         # The budget a job is parked on first: it took the job out of the ready index.
         bound = sorted(gate.rows_of(row), key=lambda b: b[0].key != parked)
         for budget, cost in bound:
-            scope = {"budget": budget.key}
+            scope, enforced = {"budget": budget.key}, budget.spec.enforce
             if budget.paused(now_ms):
-                out.append(Hold(budget.key, "budget_paused", scope, None, None, True,
-                                budget.paused_until, True))  # fmt: skip
-            over = budget.key == parked or not budget.pool.can_debit(cost, now_ms)
+                held = _held(True, enforced)
+                out.append(Hold(budget.key, "budget_paused", scope, None, None, held,
+                                budget.paused_until if held else None, held))  # fmt: skip
+            over = budget.key == parked or _held(not budget.pool.can_debit(cost, now_ms), enforced)
             at, exact = gate.eligible(budget, cost, now_ms) if over else (None, False)
             used, most = gate.usage(budget, now_ms)
             out.append(Hold(budget.key, "budget", scope, used, most, over, at, exact))

@@ -144,7 +144,7 @@ class Admission:
         if not rows:
             return NOTHING
         self.quotas.claimed(tx, namespace, len(rows))
-        headrooms = policies.claimed(tx, rows) if caps else {}
+        headrooms = policies.claimed(tx, rows) if caps or policies.shadows else {}
         n, door = len(rows), self.door  # deliveries debit the message bucket after the fact
         tx.after(lambda: door.delivered(namespace, n))
         return Claimed(rows, headrooms)
@@ -156,7 +156,7 @@ class Admission:
         free = {}
         for queue in queues:
             state = states.get((namespace, queue))
-            if state is not None and state.ring is not None:
+            if state is not None and state.ring is not None and not state.shadowed:
                 free[queue] = state.free(policies.running(state.key))
         return policies.groups.reader(tx, namespace, queues, free) if free else None
 

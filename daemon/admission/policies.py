@@ -29,6 +29,16 @@ from actors.counts import QueueCounts
 from actors.due import Due, DueActor
 from actors.errors import Refused
 from actors.policy import Policy, PolicyState, Status, parse_policy
+from actors.shadow import (
+    ALLOWED,
+    BLOCKED,
+    POLICY_IN_FLIGHT,
+    POLICY_LIMITS,
+    POLICY_WINDOW,
+    WOULD_BLOCK,
+    over,
+)
+from daemon.admission.door import log_decision
 from daemon.admission.doorbell import Doorbell
 from daemon.admission.groups import Groups
 from daemon.store.interface import JobRow, Store, Tx
@@ -57,6 +67,9 @@ class Policies:
         #: The group rings of the policies that count groups.
         self.groups = groups
         self.states: dict[QueueKey, PolicyState] = {}
+        #: The queues whose policy is shadowed (``enforce`` false): a claim of their
+        #: jobs is counted though they cap nothing (the claim's one test: empty).
+        self.shadows: set[QueueKey] = set()
         self.reopener = DueActor(clock, Due(self.earliest, self.reopen_due))
         #: Policy writes per (namespace, token): a token bucket each.
         self.write_limits: dict[tuple[str, str], TokenPool] = {}
@@ -103,6 +116,7 @@ class Policies:
                 log.error("policy of queue %r/%r cannot be evaluated, failing closed: %s",
                           namespace, queue, state.broken)  # fmt: skip
             self.states[(namespace, queue)] = state
+        self.shadows = {key for key, state in self.states.items() if state.shadowed}
 
     def get(self, namespace: str, queue: str) -> PolicyState | None:
         """The policy state of a queue, or None (the one lookup a plain queue pays)."""
@@ -141,6 +155,7 @@ class Policies:
             target=queue, action="set_policy", before=before, after=self.describe_policy(state),
         )  # fmt: skip
         self.states[key] = state
+        self._note(key)
         tx.undo(lambda: self._restore(key, old))
         tx.after(lambda: self.refresh(key))
         return state
@@ -149,6 +164,7 @@ class Policies:
         """Remove a queue's policy in ``tx``, audited; the queue is admitted at once."""
         key = (namespace, queue)
         old = self.states.pop(key)
+        self.shadows.discard(key)
         self.groups.rings.pop(key, None)
         tx.store.policies.delete(namespace, queue)
         tx.store.audit.record(
@@ -163,7 +179,15 @@ class Policies:
             self.states.pop(key, None)
         else:
             self.states[key] = old
+        self._note(key)
         self.groups.restored(key, old)
+
+    def _note(self, key: QueueKey) -> None:
+        state = self.states.get(key)
+        if state is not None and state.shadowed:
+            self.shadows.add(key)
+        else:
+            self.shadows.discard(key)
 
     @staticmethod
     def describe_policy(state: PolicyState) -> dict[str, Any] | None:
@@ -213,14 +237,19 @@ class Policies:
         for key, n in per_queue.items():
             state = self.states[key]
             state.roll(tx.now_ms)
-            tx.undo(state.charge(n))
+            held, limit = 0, ""
+            if state.shadowed:  # as if enforcing: charge what it would admit
+                room, limit = state.would_room(self.running(key), tx.now_ms)
+                held = over(room, n)
+            tx.undo(state.charge(n, n - held))
             for meter in state.meters:
-                tx.store.policies.charge(key[0], key[1], meter.key, meter.start, n)
+                if n > held:
+                    tx.store.policies.charge(key[0], key[1], meter.key, meter.start, n - held)
                 before = meter.prune_before()
                 if before is not None:
                     tx.store.policies.prune(key[0], key[1], meter.key, before)
             headroom[key[1]] = state.headroom(self.running(key))
-            tx.after(lambda s=state, n=n: self._settled(s, n))
+            tx.after(lambda s=state, n=n, h=held, lim=limit: self._settled(s, n, h, lim))
         return headroom
 
     def refused(self, key: QueueKey) -> None:
@@ -228,10 +257,26 @@ class Policies:
         status = self.status(key)
         if status is not None and status.reason is not None:
             self._metrics.admission_refused(key[1], status.reason)
+            limit = POLICY_LIMITS.get(status.reason)
+            if limit is not None:
+                log_decision(key[0], limit, True, queue=key[1])
+                self._metrics.admission_decision(limit, BLOCKED)
 
-    def _settled(self, state: PolicyState, n: int) -> None:
+    def _settled(self, state: PolicyState, n: int, held: int = 0, limit: str = "") -> None:
+        """Claims committed: ``n`` in flight, ``held`` of them let through by a
+        shadowed policy (``limit`` would have held them: logged, counted)."""
         state.committed(n)
-        self._metrics.admission_charged(state.queue, n)
+        metrics = self._metrics
+        metrics.admission_charged(state.queue, n - held)
+        policy = state.policy
+        if policy is not None and n > held:
+            if state.meters:
+                metrics.admission_decision(POLICY_WINDOW, ALLOWED, n - held)
+            if policy.max_in_flight is not None:
+                metrics.admission_decision(POLICY_IN_FLIGHT, ALLOWED, n - held)
+        if held:
+            log_decision(state.namespace, limit, False, queue=state.queue, jobs=held)
+            metrics.admission_decision(limit, WOULD_BLOCK, held)
         self.refresh(state.key)
 
     def left_running(self, tx: Tx, key: QueueKey) -> None:
@@ -258,7 +303,8 @@ class Policies:
         back when the queue admits other groups (None without a policy)."""
         status = self.status(key, now_ms)
         state = self.states.get(key)
-        if status is None or status.state != "admitted" or state is None or state.ring is None:
+        if (status is None or status.state != "admitted" or state is None or state.ring is None
+                or state.shadowed):  # fmt: skip
             return status
         reason = state.ring.held(group, state.free(self.running(key)))
         if reason is None:

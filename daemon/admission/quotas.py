@@ -29,6 +29,8 @@ from actors.counts import QueueCounts
 from actors.errors import Refused
 from actors.namespace import NamespaceActor, Namespaces
 from actors.quota import Quota, parse_quota
+from actors.shadow import ALLOWED, BLOCKED, QUOTA_RUNNING, WOULD_BLOCK, over
+from daemon.admission.door import log_decision
 from daemon.admission.doorbell import Doorbell
 from daemon.store.interface import SettingsStore, Store, Tx, namespace_of, quota_key
 
@@ -195,8 +197,15 @@ class Quotas:
             admitted, undo = actor.admit(n, self.pending_now(namespace), queue, tx.now_ms)
         except Refused as exc:
             self._metrics.quota_refused(namespace, exc.code)
+            if exc.details.get("limit") in ("max_pending", "enqueue_rate"):
+                limit = f"quota.{exc.details['limit']}"
+                log_decision(namespace, limit, True, jobs=n)
+                self._metrics.admission_decision(limit, BLOCKED, n)
             raise
         tx.undo(undo)
+        if admitted.decisions:
+            enforce = quota is None or quota.enforce
+            tx.after(lambda: self._decided(namespace, admitted.decisions, enforce))
         if self.save_rates and actor.rate is not None and admitted.live:
             tx.store.epoch.save_rate(namespace, actor.rate.raw(), tx.now_ms)
         tx.after(lambda: actor.committed_pending(admitted.live))
@@ -204,6 +213,17 @@ class Quotas:
             shed = n - admitted.live
             tx.after(lambda: self._metrics.quota_shed(namespace, admitted.shed_reason or "", shed))
         return admitted.live, admitted.shed_reason
+
+    def _decided(self, namespace: str, decisions: tuple[tuple[str, int, int], ...],
+                 enforce: bool) -> None:  # fmt: skip
+        """Count (and log what was held of) one committed enqueue's quota decisions."""
+        metrics = self._metrics
+        for limit, allowed, held in decisions:
+            if allowed:
+                metrics.admission_decision(limit, ALLOWED, allowed)
+            if held:
+                log_decision(namespace, limit, enforce, jobs=held)
+                metrics.admission_decision(limit, BLOCKED if enforce else WOULD_BLOCK, held)
 
     def limit_text(self, namespace: str, limit: str) -> str:
         """``max_pending 10000`` or ``enqueue_rate 500/s``: a limit and its value."""
@@ -243,6 +263,8 @@ class Quotas:
         if actor.broken is not None:
             return 0
         room = actor.running_room(self._counts.total(namespace, lc.RUNNING))
+        if room == 0 and want:
+            self.running_full(namespace)
         return want if room is None else min(want, room)
 
     def hold(self, namespace: str) -> str | None:
@@ -266,9 +288,28 @@ class Quotas:
         """``n`` jobs of ``namespace`` were claimed in ``tx`` (counted only where
         ``max_running`` is set)."""
         actor = self._namespaces.find(namespace)  # max_running set: the actor exists
-        if n and actor.quota is not None and actor.quota.max_running is not None:
+        quota = actor.quota
+        if n and quota is not None and quota.max_running is not None:
+            running = self._counts.total(namespace, lc.RUNNING)
+            held = over(actor.running_room(running, shadow=True), n)  # 0 when enforcing
             tx.undo(actor.claiming(n))
-            tx.after(lambda: actor.committed_running(n))
+            tx.after(lambda: self._ran(actor, n, held))
+
+    def _ran(self, actor: NamespaceActor, n: int, held: int) -> None:
+        """``n`` claims of a ``max_running`` namespace committed, ``held`` of them let
+        through by a shadowed document (counted, logged)."""
+        actor.committed_running(n)
+        metrics = self._metrics
+        if n > held:
+            metrics.admission_decision(QUOTA_RUNNING, ALLOWED, n - held)
+        if held:
+            log_decision(actor.namespace, QUOTA_RUNNING, False, jobs=held)
+            metrics.admission_decision(QUOTA_RUNNING, WOULD_BLOCK, held)
+
+    def running_full(self, namespace: str) -> None:
+        """A claim found ``namespace`` at its enforced ``max_running`` (counted, logged)."""
+        log_decision(namespace, QUOTA_RUNNING, True)
+        self._metrics.admission_decision(QUOTA_RUNNING, BLOCKED)
 
     def held_back(self, namespace: str, reason: str, queues: list[str]) -> list[dict[str, Any]]:
         """``claim_next``'s ``deferred`` entries for a namespace-wide hold (``running_full``,

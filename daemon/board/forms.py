@@ -48,6 +48,7 @@ def policy_args(form: dict[str, str]) -> dict[str, Any]:
         "max_in_flight": _int(form, "max_in_flight"),
         "max_claims_per_window": claims,
         "window": None,
+        "enforce": form.get("shadow") != "1",
     }
     if claims is not None:
         window: dict[str, Any] = {
@@ -83,6 +84,7 @@ def policy_form(policy: dict[str, Any] | None) -> dict[str, str]:
         "start": window.get("start", "00:00"),
         "weekday": window.get("weekday") or "Mon",
         "windows": "\n".join(to_spec(w) for w in policy.get("windows") or []),
+        "shadow": "1" if policy.get("enforce") is False else "",
     }
 
 
@@ -101,7 +103,8 @@ def budget_args(form: dict[str, str]) -> dict[str, Any]:
         burst = _int(form, "burst")
         if burst is not None:
             strategy["burst"] = burst
-    return {"allocation": allocation, "strategy": strategy}
+    return {"allocation": allocation, "strategy": strategy,
+            "enforce": form.get("shadow") != "1"}  # fmt: skip
 
 
 def budget_form(budget: dict[str, Any]) -> dict[str, str]:
@@ -113,6 +116,7 @@ def budget_form(budget: dict[str, Any]) -> dict[str, str]:
         "type": strategy.get("type", "while_in_flight"),
         "duration_s": "" if duration is None else str(duration // 1000),
         "burst": "" if strategy.get("burst") is None else str(strategy["burst"]),
+        "shadow": "1" if budget.get("enforce") is False else "",
     }
 
 

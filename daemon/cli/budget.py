@@ -34,6 +34,7 @@ from actors.limits import MAX_TOKENS, NAME_RE
 from daemon.cli.context import Context, UsageError
 from daemon.cli.jobs import int_range
 from daemon.cli.output import emit_json, local_time, table
+from daemon.cli.shadow import SHADOW_NOTE, add_enforce_options, enforce_of
 from daemon.durations import format_duration_ms, parse_duration_ms
 
 STRATEGIES = ("while_in_flight", "time_based")
@@ -114,6 +115,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         p.add_argument("--strategy", choices=STRATEGIES, required=True)
         p.add_argument("--duration", type=duration, metavar="D", help="time_based: e.g. 1h")
         p.add_argument("--burst", type=int_range(1, MAX_TOKENS), metavar="N", help="time_based")
+        add_enforce_options(p)
         p.set_defaults(run=run)
     patch = verbs.add_parser("patch", parents=[common], help="change only the settings given")
     patch.add_argument("key", metavar="KEY", type=budget_key)
@@ -121,6 +123,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     patch.add_argument("--strategy", choices=STRATEGIES)
     patch.add_argument("--duration", type=duration, metavar="D")
     patch.add_argument("--burst", type=burst_or_null, metavar="N|null", help="null resets it")
+    add_enforce_options(patch)
     patch.set_defaults(run=run_patch)
     delete = verbs.add_parser("delete", parents=[common], help="delete a budget")
     delete.add_argument("key", metavar="KEY", type=budget_key)
@@ -166,8 +169,12 @@ def patch_of(args: argparse.Namespace) -> dict[str, Any]:
         strategy["burst"] = None if args.burst == RESET else args.burst
     if strategy:
         patch["strategy"] = strategy
+    patch.update(enforce_of(args))
     if not patch:
-        raise UsageError("budget patch: give --allocation, --strategy, --duration or --burst")
+        raise UsageError(
+            "budget patch: give --allocation, --strategy, --duration, --burst, --shadow "
+            "or --enforce"
+        )
     return patch
 
 
@@ -190,16 +197,18 @@ def run_create(ctx: Context, args: argparse.Namespace) -> int:
     """Create a budget."""
     strategy = strategy_of(args)
     return _one(
-        ctx, "budget_create", "created", key=args.key, allocation=args.allocation, strategy=strategy
-    )
+        ctx, "budget_create", "created", key=args.key, allocation=args.allocation,
+        strategy=strategy, **enforce_of(args),
+    )  # fmt: skip
 
 
 def run_set(ctx: Context, args: argparse.Namespace) -> int:
     """Create a budget or replace its settings (its tokens are kept)."""
     strategy = strategy_of(args)
     return _one(
-        ctx, "budget_put", "saved", key=args.key, allocation=args.allocation, strategy=strategy
-    )
+        ctx, "budget_put", "saved", key=args.key, allocation=args.allocation, strategy=strategy,
+        **enforce_of(args),
+    )  # fmt: skip
 
 
 def run_patch(ctx: Context, args: argparse.Namespace) -> int:
@@ -304,7 +313,7 @@ def render(budgets: list[dict[str, Any]], now_ms: int) -> str:
     """Budget objects as a table, NEXT REFILL computed as of ``now_ms``."""
     rows = [
         [
-            b["key"],
+            b["key"] + (f" ({SHADOW_NOTE})" if b.get("enforce") is False else ""),
             b["allocation"],
             describe_strategy(b),
             available_cell(b),

@@ -35,6 +35,7 @@ from daemon.cli.jobs import int_range
 from daemon.cli.output import emit_json
 from daemon.cli.queue_groups import add_group_options, describe_groups, group_fields
 from daemon.cli.quota import namespace_name
+from daemon.cli.shadow import SHADOW_NOTE, add_enforce_options, enforce_of
 from daemon.cli.windows import (
     MAX_CLAIMS,
     WEEKDAYS,
@@ -106,6 +107,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                       "1000/week@Europe/Berlin,weekday=Fri; periods s m h d w mo "
                       "(instead of --max-claims-per-window and its window)")  # fmt: skip
     add_group_options(set_)
+    add_enforce_options(set_)
     _namespace_option(set_)
     set_.set_defaults(run=run_set)
     clear = verbs.add_parser("clear", parents=[common], help="remove the policy: no limits")
@@ -136,7 +138,7 @@ def policy_of(args: argparse.Namespace) -> dict[str, Any]:
             "or a group option (set replaces the whole policy; to remove it: sluice queue "
             "budget clear)"
         )
-    fields: dict[str, Any] = dict(groups)
+    fields: dict[str, Any] = {**groups, **enforce_of(args)}
     if args.max_in_flight is not None:
         fields["max_in_flight"] = args.max_in_flight
     given = [o for o in WINDOW_OPTIONS if getattr(args, o[2:]) is not None]
@@ -225,6 +227,8 @@ def describe(policy: dict[str, Any] | None) -> str:
     if policy.get("windows"):
         parts.append(f"windows {describe_windows(policy['windows'])}")
     parts += describe_groups(policy)
+    if policy.get("enforce") is False:
+        parts.append(SHADOW_NOTE)
     return DOT.join(parts) or "no limits"
 
 

@@ -24,6 +24,7 @@ from typing import Any
 from actors.limits import NAME_RE
 from daemon.cli.context import Context, UsageError
 from daemon.cli.output import compact, emit_json
+from daemon.cli.shadow import SHADOW_NOTE, add_enforce_options, enforce_of
 
 #: The largest count a limit takes (``actors.quota.MAX_LIMIT``: int64).
 MAX_LIMIT = 2**63 - 1
@@ -107,6 +108,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
             set_.add_argument(option, dest=field, type=fraction, metavar="F", help=help_text)
         else:
             set_.add_argument(option, dest=field, type=count, metavar="N", help=help_text)
+    add_enforce_options(set_)
     set_.set_defaults(run=run_set)
     get = verbs.add_parser(
         "get", aliases=["show"], parents=[common], help="the quota document and its source"
@@ -161,13 +163,13 @@ def document_of(args: argparse.Namespace) -> dict[str, Any]:
     """The document ``set`` sends: the options given; exit 2 if none."""
     doc = {field: getattr(args, field) for field, _o, _h in FIELDS + DOOR_FIELDS}
     doc = {k: v for k, v in doc.items() if v is not None}
-    if not doc:
+    if not doc:  # --shadow alone would shadow nothing
         options = ", ".join(option for _f, option, _h in FIELDS)
         raise UsageError(
             f"quota set: give at least one of {options} "
             "(set replaces the whole document; to remove it: sluice quota clear)"
         )
-    return doc
+    return {**doc, **enforce_of(args)}
 
 
 def run_set(ctx: Context, args: argparse.Namespace) -> int:
@@ -229,6 +231,8 @@ def render(result: dict[str, Any], namespace: str | None = None) -> str:
 
 
 def _cell(value: Any) -> str:
+    if value is False:  # the one boolean of the document: enforce
+        return f"false ({SHADOW_NOTE})"
     return value if isinstance(value, str) else compact(value)
 
 

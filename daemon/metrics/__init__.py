@@ -78,6 +78,14 @@ class Metrics:
             ["limit", "outcome"], registry=r,
         )  # fmt: skip
         self._door_children: dict[tuple[str, str], Any] = {}
+        self._decisions = Counter(
+            "sluicegate_admission_decisions",
+            "Decisions of budgets, queue policies and namespace quotas by limit (a bounded "
+            "name such as policy.window) and outcome: allowed, blocked, or would_block for a "
+            "shadowed limit (enforce = false).",
+            ["limit", "outcome"], registry=r,
+        )  # fmt: skip
+        self._decision_children: dict[tuple[str, str], Any] = {}
         self._quota_refusals = Counter(
             "sluicegate_quota_refusals", "Enqueues refused by a namespace quota.",
             ["namespace", "reason"], registry=r,
@@ -200,11 +208,12 @@ class Metrics:
 
     def door_decision(self, limit: str, outcome: str) -> None:
         """A door decision on ``limit``: allowed, blocked or would_block (shadow mode)."""
-        key = (limit, outcome)
-        child = self._door_children.get(key)
-        if child is None:  # labels() costs a lock and a tuple: once per pair
-            child = self._door_children[key] = self._door.labels(limit, outcome)
-        child.inc()
+        _decided(self._door, self._door_children, limit, outcome, 1)
+
+    def admission_decision(self, limit: str, outcome: str, n: int = 1) -> None:
+        """``n`` jobs decided by a budget, policy or quota ``limit`` (a value of
+        :mod:`actors.shadow`): allowed, blocked or would_block (shadowed)."""
+        _decided(self._decisions, self._decision_children, limit, outcome, n)
 
     def quota_refused(self, namespace: str, code: str) -> None:
         """A quota refused an enqueue with ``code`` (queue_full, rate_limited, ...)."""
@@ -289,6 +298,15 @@ class Metrics:
         for i, n in enumerate(hits):
             if n:
                 buckets[i].inc(n)
+
+
+def _decided(counter: Counter, children: dict[tuple[str, str], Any], limit: str, outcome: str,
+             n: int) -> None:  # fmt: skip
+    key = (limit, outcome)
+    child = children.get(key)
+    if child is None:  # labels() costs a lock and a tuple: once per pair
+        child = children[key] = counter.labels(limit, outcome)
+    child.inc(n)
 
 
 __all__ = [

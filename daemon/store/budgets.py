@@ -13,7 +13,7 @@ from actors.budgets import Budget
 
 COLS = (
     "namespace, key, allocation, strategy, created_at, updated_at, units, as_of_ms, in_flight, "
-    "source, paused_until, pause_reason"
+    "source, paused_until, pause_reason, enforce"
 )
 
 Row = tuple[Any, ...]
@@ -21,7 +21,7 @@ Row = tuple[Any, ...]
 #: Insert or replace: an upsert on the key, portable to PostgreSQL (which has no
 #: ``INSERT OR REPLACE``); every column but the key is replaced.
 _SAVE = (
-    f"INSERT INTO budgets ({COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    f"INSERT INTO budgets ({COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (namespace, key) DO UPDATE SET "
     + ", ".join(f"{c} = excluded.{c}" for c in COLS.replace(" ", "").split(",")[2:])
 )
@@ -47,12 +47,13 @@ def save(
     source: str,
     paused_until: int | None = None,
     pause_reason: str | None = None,
+    enforce: bool = True,
 ) -> None:
-    """Insert or replace one budget (its pause too)."""
+    """Insert or replace one budget (its pause and shadow mode too)."""
     conn.execute(
         _SAVE,
         (namespace, key, allocation, orjson.dumps(strategy).decode(), created_at, updated_at,
-         units, as_of_ms, in_flight, source, paused_until, pause_reason),
+         units, as_of_ms, in_flight, source, paused_until, pause_reason, int(enforce)),
     )  # fmt: skip
 
 
@@ -116,8 +117,8 @@ def delete(conn: sqlite3.Connection, namespace: str, key: str) -> None:
 def load(row: Row) -> Budget:
     """A budget (settings and pool state) from its stored row."""
     (namespace, key, allocation, strategy, created, updated, units, as_of, in_flight, source,
-     paused_until, pause_reason) = row  # fmt: skip
-    spec = BudgetSpec(allocation, Strategy(**orjson.loads(strategy)))
+     paused_until, pause_reason, enforce) = row  # fmt: skip
+    spec = BudgetSpec(allocation, Strategy(**orjson.loads(strategy)), bool(enforce))
     pool = TokenPool(spec, as_of, PoolState(units, as_of, in_flight))
     return Budget(namespace, key, pool, created, updated, source,
                   paused_until=paused_until, pause_reason=pause_reason)  # fmt: skip

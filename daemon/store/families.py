@@ -70,8 +70,9 @@ class BudgetStore(Protocol):
         self, namespace: str, key: str, *, allocation: int, strategy: dict[str, Any],
         created_at: int, updated_at: int, units: int, as_of_ms: int, in_flight: int,
         source: str, paused_until: int | None = None, pause_reason: str | None = None,
+        enforce: bool = True,
     ) -> None:  # fmt: skip
-        """Create or replace one budget (its pause too)."""
+        """Create or replace one budget (its pause and shadow mode too)."""
 
     def save_pool(self, namespace: str, key: str, state: Any) -> None:
         """Persist a budget's pool state (:class:`actors.budget.PoolState`)."""

@@ -285,6 +285,14 @@ def _v10_budget_pause(db: sqlite_utils.Database) -> None:
     db["budgets"].add_column("pause_reason", str)
 
 
+def _v11_budget_enforce(db: sqlite_utils.Database) -> None:
+    # Shadow mode of a budget (docs/rollout.md): 0 = evaluated and counted, holds
+    # nothing back. Kept with the budget, so every daemon of a cluster (which read
+    # budgets back whole) shadows it too. Policies and quotas keep theirs in
+    # their stored JSON.
+    db["budgets"].add_column("enforce", int, not_null_default=1)
+
+
 #: Every migration, in order: entry ``i`` is version ``i + 1`` (the version
 #: field says so for the reader; tests/unit/test_schema.py holds them equal).
 MIGRATIONS: list[Migration] = [
@@ -298,6 +306,7 @@ MIGRATIONS: list[Migration] = [
     Migration(8, "groups", _v8_groups, pg.V8_POSTGRES),
     Migration(9, "window_usage", _v9_window_usage, pg.V9_POSTGRES),
     Migration(10, "budget_pause", _v10_budget_pause, pg.V10_POSTGRES),
+    Migration(11, "budget_enforce", _v11_budget_enforce, pg.V11_POSTGRES),
 ]
 
 

@@ -183,3 +183,6 @@ V10_POSTGRES = (
     "ALTER TABLE budgets ADD COLUMN paused_until bigint",
     'ALTER TABLE budgets ADD COLUMN pause_reason text COLLATE "C"',
 )
+
+#: A budget's shadow mode (schema.py's ``_v11_budget_enforce``).
+V11_POSTGRES = ("ALTER TABLE budgets ADD COLUMN enforce bigint NOT NULL DEFAULT 1",)

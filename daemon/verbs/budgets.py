@@ -21,6 +21,7 @@ from actors.budget import BudgetSpec, SpecError, Strategy, TokenPool
 from actors.budgets import Budget
 from actors.errors import Refused, invalid, not_found
 from actors.limits import MAX_TOKENS
+from actors.shadow import parse_enforce
 from daemon.store.interface import Tx
 from daemon.verbs.args import between, name
 from daemon.verbs.table import Call, NoArgs, Plan, answer_now, verb
@@ -65,7 +66,7 @@ def _save(tx: Tx, budget: Budget) -> None:
         strategy=budget.spec.strategy.to_dict(), created_at=budget.created_at,
         updated_at=budget.updated_at, units=state.units, as_of_ms=state.as_of_ms,
         in_flight=state.in_flight, source=budget.source, paused_until=budget.paused_until,
-        pause_reason=budget.pause_reason,
+        pause_reason=budget.pause_reason, enforce=budget.spec.enforce,
     )  # fmt: skip
 
 
@@ -79,9 +80,13 @@ class BudgetSetArgs:
     key: str = attrs.field(validator=name)
     allocation: int = attrs.field(validator=between(1, MAX_TOKENS))
     strategy: Any = None
+    #: False: shadow mode (docs/rollout.md); null or absent: true.
+    enforce: Any = None
 
     def spec(self) -> BudgetSpec:
-        return BudgetSpec(self.allocation, parse_strategy(self.strategy))
+        return BudgetSpec(
+            self.allocation, parse_strategy(self.strategy), parse_enforce(self.enforce)
+        )
 
 
 @attrs.frozen
@@ -91,6 +96,7 @@ class BudgetPatchArgs:
     key: str = attrs.field(validator=name)
     allocation: Any = ABSENT
     strategy: Any = ABSENT
+    enforce: Any = ABSENT
 
 
 def visible_budget(core: Services, call: Call, key: str) -> Budget:
@@ -150,6 +156,8 @@ def _update(
         )
     before = budget.to_wire(tx.now_ms)
     tx.undo(budget.update(spec, tx.now_ms, source))  # never creates tokens
+    if not spec.enforce and budget.parked > 0:
+        core.budget_gate.release_now(tx, budget)  # shadowed: holds nothing back from now
     tx.after(lambda: core.budget_gate.settings_changed(budget))
     return audited_save(tx, actor, budget, "update", before)
 
@@ -234,6 +242,7 @@ def budget_patch(core: Services, call: Call, a: BudgetPatchArgs) -> Plan:
         )
     if a.strategy is not ABSENT and not isinstance(a.strategy, dict):
         raise invalid("strategy", "strategy must be an object (it has no default)")
+    enforce = None if a.enforce is ABSENT else parse_enforce(a.enforce)  # null: true
 
     def write(tx: Tx) -> Budget:
         budget = visible_budget(core, call, a.key)
@@ -244,7 +253,8 @@ def budget_patch(core: Services, call: Call, a: BudgetPatchArgs) -> Plan:
             strategy.update(a.strategy)
             strategy = {k: v for k, v in strategy.items() if v is not None}
         allocation = budget.spec.allocation if a.allocation is ABSENT else a.allocation
-        spec = BudgetSpec(allocation, parse_strategy(strategy))
+        flag = budget.spec.enforce if enforce is None else enforce
+        spec = BudgetSpec(allocation, parse_strategy(strategy), flag)
         _writable(budget)
         return _update(core, tx, call.actor, budget, spec)
 

@@ -50,6 +50,8 @@ class PolicySetArgs:
     max_in_flight_per_group: Any = _UNSET
     group_limits: Any = _UNSET
     min_in_flight: Any = _UNSET
+    #: False: shadow mode (docs/rollout.md).
+    enforce: Any = _UNSET
 
     def fields(self) -> dict[str, Any]:
         # Not recursing: a value is the caller's raw document, checked by

@@ -55,6 +55,8 @@ def _create_spec(value: Any) -> BudgetSpec:
     except SpecError as exc:
         if exc.field.partition(".")[0] == "strategy":
             raise strategy_refused(exc, "create_with.strategy") from None
+        if exc.field == "enforce":
+            raise invalid("create_with.enforce", "enforce must be true or false") from None
         if exc.field == "allocation":
             raise invalid(
                 "create_with.allocation", f"allocation must be an integer from 1 to {MAX_TOKENS}"

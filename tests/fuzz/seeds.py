@@ -75,9 +75,16 @@ SEEDS: dict[str, list[dict[str, Any]]] = {
     "queue_list": [{}],
     "budget_list": [{}],
     "budget_get": [{"key": "img"}],
-    "budget_create": [{"key": "img", "allocation": 10, "strategy": DRIP}],
+    "budget_create": [
+        {"key": "img", "allocation": 10, "strategy": DRIP},
+        {"key": "img", "allocation": 10, "strategy": DRIP, "enforce": False},
+    ],
     "budget_put": [{"key": "img", "allocation": 5, "strategy": {"type": "while_in_flight"}}],
-    "budget_patch": [{"key": "img", "allocation": 3}, {"key": "img", "strategy": {"burst": 2}}],
+    "budget_patch": [
+        {"key": "img", "allocation": 3},
+        {"key": "img", "strategy": {"burst": 2}},
+        {"key": "img", "enforce": False},
+    ],
     "budget_delete": [{"key": "img"}],
     "budget_pause": [
         {"key": "img", "retry_after_s": 30, "reason": "upstream 429"},
@@ -102,6 +109,7 @@ SEEDS: dict[str, list[dict[str, Any]]] = {
             "max_in_flight_per_group": 5,
             "min_in_flight": {"gold": 2},
         },
+        {"queue": "images", "max_in_flight": 4, "enforce": False},
     ],
     "policy_clear": [{"queue": "images"}],
     "admission_status": [{"queue": "images"}, {}],
@@ -115,7 +123,8 @@ SEEDS: dict[str, list[dict[str, Any]]] = {
                 "enqueue_rate": "500/s",
                 "max_running": 50,
             }
-        }
+        },
+        {"quota": {"max_pending": 10, "enforce": False}},
     ],
     "quota_clear": [{}],
     "audit_list": [

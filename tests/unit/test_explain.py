@@ -91,6 +91,25 @@ async def test_a_window_holds_a_job_until_its_next_boundary_exactly(tmp_path, au
         }  # fmt: skip
 
 
+async def test_shadowed_limits_are_listed_over_but_hold_nothing(tmp_path, autojump_clock):
+    """Shadow mode (``enforce: false``): a policy window and a drip budget that are
+    over are listed with their usage, ``holding`` false, and the job is admitted."""
+    async with running_core(tmp_path) as core:
+        window = {"period": "day", "tz": "UTC", "start": "00:00"}
+        await call(core, "policy_set", queue="q", max_claims_per_window=1, window=window,
+                   enforce=False)  # fmt: skip
+        hourly = {"type": "time_based", "duration_ms": 3_600_000, "burst": 1}
+        await call(core, "budget_create", key="drip", allocation=1, enforce=False, strategy=hourly)
+        job_id = await two_jobs_one_running(core, budgets=[{"key": "drip", "cost": 1}])
+        answer = await explain(core, job_id)
+        assert holding(answer) == []
+        by_limit = {h["limit"]: h for h in answer["holds"]}
+        assert (by_limit["day"]["used"], by_limit["day"]["max"]) == (1, 1)
+        assert by_limit["drip"]["next_eligible_at"] is None
+        admission = (await call(core, "get", job_id=job_id))["job"]["admission"]
+        assert admission is None or admission["state"] == "admitted"
+
+
 async def test_the_in_flight_cap_holds_a_job_and_hints_the_lease(tmp_path, autojump_clock):
     async with running_core(tmp_path) as core:
         await call(core, "policy_set", queue="q", max_in_flight=1)

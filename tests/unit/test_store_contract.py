@@ -537,6 +537,7 @@ def test_the_limit_state_is_read_back_whole_in_one_statement(store):
         tx.store.budgets.save(
             "ns", "gpu", allocation=5, strategy={"type": "while_in_flight"}, created_at=T,
             updated_at=T, units=2**40, as_of_ms=T, in_flight=2, source="config",
+            enforce=False,
         )  # fmt: skip
         tx.store.policies.save(policy)
         tx.store.policies.charge("ns", "q", "day", T - 2000, 9)  # a third row: not read
@@ -557,6 +558,9 @@ def test_the_limit_state_is_read_back_whole_in_one_statement(store):
         "config",
     )
     assert (budget.pool.spec.allocation, budget.pool.in_flight) == (5, 2)
+    # Shadow mode travels with the budget (schema 11), on both stores.
+    assert budget.spec.enforce is False
+    assert store.write(lambda tx: tx.store.budgets.load_all())[0].spec.enforce is False
     assert budget.pool.raw() == store.write(lambda tx: tx.store.budgets.load_all())[0].pool.raw()
     assert state.rates == [("ns", (10, T, 0))]
     # Each window's two latest rows (a daemon a moment behind reads the one before).
