@@ -24,6 +24,8 @@ from collections import OrderedDict, deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from actors.durations import Durations
+
 if TYPE_CHECKING:
     from actors.budgets import Budget
 
@@ -46,6 +48,8 @@ class History:
         self._claims: OrderedDict[Key, deque[list[int]]] = OrderedDict()
         self._levels: OrderedDict[Key, deque[tuple[int, float]]] = OrderedDict()
         self._next_sample = 0
+        #: Run times of recent completions per queue (what_if's median).
+        self.durations = Durations()
 
     def claimed(self, key: Key, n: int, now_ms: int) -> None:
         """``n`` claims of queue ``key`` committed at ``now_ms``."""
