@@ -286,6 +286,10 @@ def _rest_paths(components: dict[str, Schema]) -> Schema:
             "delete": op("Remove a queue's policy", {204: None}, (*COMMON, 404, 409),
                          params=[queue, ns], tag="admission"),
         },
+        "/api/v1/what-if": {"post": op(
+            "Preview a quota, policy, budget or queue change, writing nothing (the grant of "
+            "the change's verb)", {200: ref("WhatIf")}, (*body, 404, 409),
+            body=ref("what_if_call"), params=[ns], tag="admission")},
         "/healthz": {"get": _plain("Liveness, or what is degraded (no auth)",
                                    {200: ref("Health"), 503: ref("Health")})},
         "/metrics": {"get": _plain("Prometheus metrics (a bearer if daemon.metrics_token)",

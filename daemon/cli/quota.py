@@ -22,6 +22,7 @@ import re
 from typing import Any
 
 from actors.limits import NAME_RE
+from daemon.cli import dry_run
 from daemon.cli.context import Context, UsageError
 from daemon.cli.output import compact, emit_json
 
@@ -107,6 +108,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
             set_.add_argument(option, dest=field, type=fraction, metavar="F", help=help_text)
         else:
             set_.add_argument(option, dest=field, type=count, metavar="N", help=help_text)
+    dry_run.add_option(set_)
     set_.set_defaults(run=run_set)
     get = verbs.add_parser(
         "get", aliases=["show"], parents=[common], help="the quota document and its source"
@@ -173,6 +175,8 @@ def document_of(args: argparse.Namespace) -> dict[str, Any]:
 def run_set(ctx: Context, args: argparse.Namespace) -> int:
     """Replace the namespace's quota document."""
     doc = document_of(args)
+    if args.dry_run:
+        return dry_run.preview(ctx, "quota_set", _scope(args), quota=doc)
     with ctx.client() as client:
         result = client.call("quota_set", quota=doc, **_scope(args))
     if ctx.json:
