@@ -205,14 +205,21 @@ def flow(start: Limits, now_ms: int, hours: int = HOURS) -> Flow:
         if limits.backlog <= 0:
             break
         waits = _blockers(limits, t, done[0][0] if done else None)
-        if pool is not None and pool.time_based and not tracked and len(waits) == 1 \
-                and waits[0] == pool.eligible_at(cost, t):  # fmt: skip
+        if not tracked and _only_the_drip(limits, waits, t):
             t = _drip(limits, out, t, now_ms, end)  # only the drip holds: in closed form
             continue
         if not waits or any(w is None for w in waits):
             return Flow(out, stalled=True)
         t = max(w for w in waits if w is not None)
     return Flow(out)
+
+
+def _only_the_drip(limits: Limits, waits: list[int | None], t: int) -> bool:
+    """Whether a ``time_based`` pool that will pay (in time) alone holds the backlog."""
+    pool = limits.pool
+    if pool is None or not pool.time_based or len(waits) != 1 or waits[0] is None:
+        return False
+    return waits[0] == pool.eligible_at(limits.cost, t)
 
 
 def _admit(limits: Limits, out: list[int], n: int, t: int, now_ms: int, paid: bool = False) -> None:
