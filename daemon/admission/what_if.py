@@ -112,6 +112,15 @@ _COMMON = (
 )
 
 
+def _runs(src: Sources, keys: Iterable[QueueKey], notes: list[str], *limits: Limits) -> None:
+    """Give ``limits`` the scope's median run time where a completion matters (an
+    in-flight cap, a ``while_in_flight`` pool), noted as an assumption."""
+    if any(one.slots or (one.pool is not None and not one.pool.time_based) for one in limits):
+        median = _duration(src, keys, notes)
+        for one in limits:
+            one.duration_ms = median
+
+
 def _duration(src: Sources, keys: Iterable[QueueKey], notes: list[str]) -> int | None:
     """The median run time of the scope's recent completions, noted as an assumption."""
     series = [src.history.durations.median(k) for k in keys]
@@ -193,7 +202,7 @@ def preview_policy(src: Sources, namespace: str, queue: str, policy: Policy | No
              "budgets and group shares are not simulated"]  # fmt: skip
     if policy is None:
         notes.append("queue_configure changes retention only: admission is unchanged")
-    before.duration_ms = after.duration_ms = _duration(src, [key], notes)
+    _runs(src, [key], notes, before, after)
     return Preview(before, after, now, notes)
 
 
@@ -215,7 +224,7 @@ def preview_quota(src: Sources, namespace: str, quota: Quota) -> Preview:
     notes = [*_COMMON, "the scope is the namespace's pending jobs not parked on a budget, "
              "under max_running; queue policies and budgets are not simulated",
              "a quota judges new enqueues: no job already waiting is removed"]  # fmt: skip
-    before.duration_ms = after.duration_ms = _duration(src, keys, notes)
+    _runs(src, keys, notes, before, after)
     return Preview(before, after, now, notes, next_enqueue=_next_enqueue(src, actor, quota, now))
 
 
@@ -262,7 +271,7 @@ def preview_budget(src: Sources, budget: Budget, spec: BudgetSpec) -> Preview:
     before, after = limits(pool_before), limits(pool_after)
     keys = {k for k, per in src.budget_gate.parked_by_queue.items() if budget.key in per}
     keys |= _holder_queues(src, budget)
-    before.duration_ms = after.duration_ms = _duration(src, sorted(keys), notes)
+    _runs(src, sorted(keys), notes, before, after)
     return Preview(before, after, now, notes,
                    (pool_before.available(now), pool_after.available(now)))  # fmt: skip
 
