@@ -42,6 +42,7 @@ from actors.quota import Quota
 from actors.window import HOUR_MS
 from daemon.admission.budget_gate import BudgetGate
 from daemon.admission.policies import Policies
+from daemon.admission.quotas import Quotas
 from daemon.store.interface import JobRow, Store
 
 QueueKey = tuple[str, str]
@@ -58,6 +59,7 @@ class Sources:
     policies: Policies
     budgets: Budgets
     budget_gate: BudgetGate
+    quotas: Quotas
     history: History
     #: Running jobs' rows by id (the transition step's map).
     running: dict[str, JobRow]
@@ -131,8 +133,11 @@ def _duration(src: Sources, keys: Iterable[QueueKey], notes: list[str]) -> int |
         return None
     median = int(statistics.median_low(m for m, _n in found))
     seen = sum(n for _m, n in found)
-    notes.append(f"jobs complete {median} ms after their claim: the median run time of "
-                 f"the last {seen} completions observed")  # fmt: skip
+    source = (
+        f"the median run time of the last {seen} completions observed" if len(found) == 1
+        else f"the median of {len(found)} queues' median run times ({seen} completions)"
+    )  # fmt: skip
+    notes.append(f"jobs complete {median} ms after their claim: {source}")
     return median
 
 
@@ -241,10 +246,8 @@ def _next_enqueue(src: Sources, actor: NamespaceActor, quota: Quota, now: int) -
         shadow.rate.restore(actor.rate.raw())
     shadow.set_quota(quota, now)
     shadow.pending_extra = actor.pending_extra
-    pending = sum(src.counts.get(k, s) for k in _queues(src, actor.namespace)
-                  for s in (lc.SCHEDULED, lc.PENDING))  # fmt: skip
     try:
-        admitted, _undo = shadow.admit(1, pending, "", now)
+        admitted, _undo = shadow.admit(1, src.quotas.pending_now(actor.namespace), "", now)
     except Refused as exc:
         return exc.code
     return "shed" if admitted.live == 0 else "admitted"

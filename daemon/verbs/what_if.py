@@ -42,7 +42,7 @@ def _sources(core: Services) -> foresight.Sources:
     return foresight.Sources(
         clock=core.clock, store=core.store, counts=core.counts, namespaces=core.namespaces,
         policies=core.policies, budgets=core.budgets, budget_gate=core.budget_gate,
-        history=core.history, running=core.running,
+        quotas=core.quotas, history=core.history, running=core.running,
     )  # fmt: skip
 
 
