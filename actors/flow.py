@@ -93,14 +93,18 @@ class Limits:
 
     def copy(self) -> Limits:
         """A copy to run forward (the pool and meters copied too)."""
-        pool = None
-        if self.pool is not None:
-            pool = TokenPool(self.pool.spec, 0)
-            pool.restore(self.pool.raw())
+        pool = None if self.pool is None else copy_pool(self.pool)
         return attrs.evolve(
             self, meters=[attrs.evolve(m) for m in self.meters],
             slots=[attrs.evolve(s) for s in self.slots], pool=pool,
         )  # fmt: skip
+
+
+def copy_pool(pool: TokenPool) -> TokenPool:
+    """A copy of ``pool`` to change freely (the same settings and exact state)."""
+    out = TokenPool(pool.spec, 0)
+    out.restore(pool.raw())
+    return out
 
 
 def admissible(limits: Limits, now_ms: int) -> int:

@@ -34,7 +34,15 @@ from actors.budgets import Budget, Budgets
 from actors.clock import Clock
 from actors.counts import QueueCounts
 from actors.errors import Refused
-from actors.flow import Limits, Meter, Slots, admissible, flow, next_eligible_at
+from actors.flow import (
+    Limits,
+    Meter,
+    Slots,
+    admissible,
+    copy_pool,
+    flow,
+    next_eligible_at,
+)
 from actors.history import History
 from actors.namespace import NamespaceActor, Namespaces
 from actors.policy import Policy, PolicyState
@@ -242,8 +250,7 @@ def _next_enqueue(src: Sources, actor: NamespaceActor, quota: Quota, now: int) -
     ``admitted``, ``shed``, ``queue_full`` or ``rate_limited``."""
     shadow = NamespaceActor(actor.namespace)
     if actor.rate is not None:  # the bucket keeps its tokens (set_quota updates it)
-        shadow.rate = TokenPool(actor.rate.spec, now)
-        shadow.rate.restore(actor.rate.raw())
+        shadow.rate = copy_pool(actor.rate)
     shadow.set_quota(quota, now)
     shadow.pending_extra = actor.pending_extra
     try:
@@ -262,8 +269,8 @@ def preview_budget(src: Sources, budget: Budget, spec: BudgetSpec) -> Preview:
     notes = [*_COMMON, "the scope is the budget's unfinished bound jobs that are not running "
              "(scheduled ones counted as due now); other limits are not simulated",
              f"every waiting job costs {cost} token(s) of this budget"]  # fmt: skip
-    pool_before = _copy(budget.pool)
-    pool_after = _copy(budget.pool)
+    pool_before = copy_pool(budget.pool)
+    pool_after = copy_pool(budget.pool)
     pool_after.update(spec, now)  # never creates tokens, as the real update
     paused = budget.paused_until if budget.paused(now) else None
     held = len(budget.holders)
@@ -272,7 +279,8 @@ def preview_budget(src: Sources, budget: Budget, spec: BudgetSpec) -> Preview:
         return Limits(backlog=waiting, pool=pool, cost=cost, paused_until=paused, held=held)
 
     before, after = limits(pool_before), limits(pool_after)
-    keys = {k for k, per in src.budget_gate.parked_by_queue.items() if budget.key in per}
+    parked = src.budget_gate.parked_by_queue.items()
+    keys = {k for k, per in parked if k[0] == budget.namespace and budget.key in per}
     keys |= _holder_queues(src, budget)
     _runs(src, sorted(keys), notes, before, after)
     return Preview(before, after, now, notes,
@@ -282,12 +290,6 @@ def preview_budget(src: Sources, budget: Budget, spec: BudgetSpec) -> Preview:
 def _holder_queues(src: Sources, budget: Budget) -> set[QueueKey]:
     running = src.running
     return {(r.namespace, r.queue) for i in budget.holders if (r := running.get(i)) is not None}
-
-
-def _copy(pool: TokenPool) -> TokenPool:
-    out = TokenPool(pool.spec, 0)
-    out.restore(pool.raw())
-    return out
 
 
 def _usual_cost(bound: dict[int, int]) -> int:
