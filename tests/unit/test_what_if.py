@@ -176,3 +176,19 @@ async def test_bad_changes_are_refused_as_the_real_verb_refuses_them(
         assert refused.value.code == code
         assert refused.value.details.get("field") == field
         assert fingerprint(core) == before
+
+
+async def test_a_retention_change_leaves_admission_as_it_is(tmp_path, autojump_clock):
+    async with running_core(tmp_path) as core:
+        await call(core, "policy_set", queue="q", max_in_flight=3)
+        await enqueue(core, 5)
+        answer = await preview(core, op="queue_configure", queue="q", dead_ttl_ms=60_000)
+        assert answer["now"]["admissible_now"] == {"before": 3, "after": 3}
+        assert (answer["now"]["deferred_jobs"], answer["now"]["released_jobs"]) == (0, 0)
+        assert "queue_configure changes retention only" in " ".join(answer["assumptions"])
+        # No completion seen: the 3 that start hold their slots all day.
+        assert [h["admitted"] for h in answer["flow"]][:2] == [3, 0]
+        await call(core, "quota_set", quota={"max_queues": 1})
+        with pytest.raises(Refused) as refused:  # as queue_configure itself would refuse
+            await call(core, "what_if", change={"op": "queue_configure", "queue": "new"})
+        assert refused.value.code == "quota_exceeded"
