@@ -136,7 +136,10 @@ def _affordable(pool: TokenPool, cost: int, now_ms: int) -> int:
 def _blockers(limits: Limits, now_ms: int, next_completion: int | None) -> list[int | None]:
     """For each limit admitting nothing at ``now_ms``: when it may admit again
     (None: not by itself, e.g. a full in-flight cap with nothing completing)."""
-    out: list[int | None] = [m.end for m in limits.meters if m.room() == 0]
+    # A window of 0 claims pauses the queue: no boundary reopens it.
+    out: list[int | None] = [
+        m.end if m.limit.max_claims else None for m in limits.meters if m.room() == 0
+    ]
     for slots in limits.slots:
         if slots.free() == 0:
             out.append(next_completion if slots.cap > 0 else None)

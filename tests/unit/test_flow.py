@@ -81,6 +81,9 @@ def test_in_flight_slots_come_back_at_the_median_run_time():
     paused = Limits(20, slots=[Slots(0, 0)])
     assert flow(paused, NOW).stalled and hours(paused) == [0] * 24
     assert next_eligible_at(paused, NOW) is None
+    tick = Window("second", "UTC", "00:00")
+    closed = Limits(20, meters=[Meter(ClaimWindow(0, tick), *bounds(tick, NOW), 0)])
+    assert flow(closed, NOW).stalled and next_eligible_at(closed, NOW) is None
     no_runs = Limits(20, slots=[Slots(2, 2)], held=2)  # nothing observed: held all day
     assert flow(no_runs, NOW).stalled and next_eligible_at(no_runs, NOW) is None
 
