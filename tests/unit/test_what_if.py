@@ -12,6 +12,7 @@ import trio
 
 from actors.errors import Refused
 from actors.window import HOUR_MS
+from daemon.config import parse_config
 from daemon.core import Core
 from tests.unit.harness import WALL0, call, claim_jobs, running_core
 
@@ -192,3 +193,19 @@ async def test_a_retention_change_leaves_admission_as_it_is(tmp_path, autojump_c
         with pytest.raises(Refused) as refused:  # as queue_configure itself would refuse
             await call(core, "what_if", change={"op": "queue_configure", "queue": "new"})
         assert refused.value.code == "quota_exceeded"
+
+
+async def test_a_quota_the_config_file_manages_is_refused_as_quota_set_refuses_it(
+    tmp_path, autojump_clock
+):
+    config = parse_config({"quotas": {"default": {"max_pending": 10}}}, "test.toml")
+    async with running_core(tmp_path, config=config) as core:
+        change = {"op": "quota_set", "quota": {"max_pending": 5}}
+        with pytest.raises(Refused) as previewed:
+            await call(core, "what_if", change=change)
+        with pytest.raises(Refused) as written:
+            await call(core, "quota_set", quota={"max_pending": 5})
+        assert (previewed.value.code, previewed.value.message) == (
+            written.value.code, written.value.message,
+        )  # fmt: skip
+        assert previewed.value.code == "conflict"
