@@ -211,7 +211,9 @@ def _ops_paths(components: dict[str, Schema]) -> Schema:
             tag="verbs",
         )
         operation["operationId"] = verb_name
-        operation["description"] = f"Grants: {', '.join(verb.grants)}."
+        # No grant of its own: the verb checks those of what it names (what_if's change).
+        grants = ", ".join(verb.grants) or "those of the verb its arguments name"
+        operation["description"] = f"Grants: {grants}."
         paths[f"/v1/ops/{verb_name}"] = {"post": operation}
     return paths
 

@@ -107,6 +107,8 @@ BUDGET_STATE = {
         "pause_reason": {"type": ["string", "null"]},
     },
 }
+#: The verbs ``what_if`` previews (daemon.verbs.what_if.PREVIEWS; a unit test checks).
+PREVIEWED = ("quota_set", "policy_set", "budget_put", "budget_patch", "queue_configure")
 _BEFORE_AFTER = obj(["before", "after"], before=INT, after=INT)
 _TOKENS = {"type": ["number", "null"]}
 #: ``what_if``'s answer (PROTOCOL.md, "Foresight").

@@ -14,6 +14,8 @@ from actors.errors import Refused
 from actors.window import HOUR_MS
 from daemon.config import parse_config
 from daemon.core import Core
+from daemon.openapi_shapes import PREVIEWED
+from daemon.verbs.what_if import PREVIEWS
 from tests.unit.harness import WALL0, call, claim_jobs, running_core
 
 HOURLY = {"period": "hour", "tz": "UTC", "start": "00:00"}
@@ -209,3 +211,7 @@ async def test_a_quota_the_config_file_manages_is_refused_as_quota_set_refuses_i
             written.value.code, written.value.message,
         )  # fmt: skip
         assert previewed.value.code == "conflict"
+
+
+def test_the_openapi_document_lists_every_previewed_verb():
+    assert tuple(PREVIEWS) == PREVIEWED
