@@ -216,7 +216,7 @@ def preview_policy(src: Sources, namespace: str, queue: str, policy: Policy | No
     if policy is None:
         notes.append("queue_configure changes retention only: admission is unchanged")
     _runs(src, [key], notes, before, after)
-    return Preview(before, after, now, notes)
+    return Preview(before, after, now, notes, next_enqueue=_enqueue_now(src, namespace, now))
 
 
 def preview_quota(src: Sources, namespace: str, quota: Quota) -> Preview:
@@ -243,6 +243,17 @@ def preview_quota(src: Sources, namespace: str, quota: Quota) -> Preview:
 
 def _queues(src: Sources, namespace: str) -> list[QueueKey]:
     return [key for key, _c in src.counts if key[0] == namespace]
+
+
+def _enqueue_now(src: Sources, namespace: str, now: int) -> str:
+    """What the next enqueue would meet under the quota in force (a change of no
+    quota leaves it as it is)."""
+    actor = src.namespaces.find(namespace)
+    if actor.broken is not None:
+        return "quota_unavailable"
+    if actor.quota is None:
+        return "admitted"
+    return _next_enqueue(src, actor, actor.quota, now)
 
 
 def _next_enqueue(src: Sources, actor: NamespaceActor, quota: Quota, now: int) -> str:
@@ -284,7 +295,8 @@ def preview_budget(src: Sources, budget: Budget, spec: BudgetSpec) -> Preview:
     keys |= _holder_queues(src, budget)
     _runs(src, sorted(keys), notes, before, after)
     return Preview(before, after, now, notes,
-                   (pool_before.available(now), pool_after.available(now)))  # fmt: skip
+                   (pool_before.available(now), pool_after.available(now)),
+                   _enqueue_now(src, budget.namespace, now))  # fmt: skip
 
 
 def _holder_queues(src: Sources, budget: Budget) -> set[QueueKey]:

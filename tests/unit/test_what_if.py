@@ -105,6 +105,10 @@ async def test_a_dropping_quota_removes_no_waiting_job_and_sheds_the_next(tmp_pa
         assert roomy["now"]["deferred_jobs"] == 30
         assert (await call(core, "quota_get"))["quota"] is None
         assert (await call(core, "status"))["queues"][0]["pending"] == 50
+        # A change of no quota answers what the quota in force says.
+        await call(core, "quota_set", quota={"max_pending": 40, "on_excess": "drop"})
+        policy = await preview(core, op="policy_set", queue="q", max_in_flight=1)
+        assert policy["now"]["next_enqueue"] == "shed" and policy["now"]["shed_next_enqueues"]
 
 
 async def test_the_flow_of_a_six_an_hour_drip_over_twenty_parked_jobs(tmp_path, autojump_clock):
