@@ -16,10 +16,14 @@ Two series, both kept only in memory (a restart starts them afresh):
 Memory is bounded: :data:`MINUTES` buckets per queue, :data:`SAMPLES` points per
 budget, and at most :data:`MAX_SERIES` series of each kind (the least recently
 touched is dropped first).
+
+Besides, :class:`Durations` keeps the run times of each queue's latest
+completions, for ``what_if``'s flow (:mod:`actors.flow`).
 """
 
 from __future__ import annotations
 
+import statistics
 from collections import OrderedDict, deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
@@ -36,6 +40,10 @@ SAMPLE_MS = 30_000
 SAMPLES = 720
 #: Queues (and budgets) with a series, at most.
 MAX_SERIES = 2000
+#: Run times kept per queue: the latest completions.
+RUNS = 1000
+#: Claim instants remembered at most (beyond, a claim is simply not timed).
+MAX_RUNNING = 100_000
 Key = tuple[str, str]
 
 
@@ -46,6 +54,8 @@ class History:
         self._claims: OrderedDict[Key, deque[list[int]]] = OrderedDict()
         self._levels: OrderedDict[Key, deque[tuple[int, float]]] = OrderedDict()
         self._next_sample = 0
+        #: Run times of recent completions per queue (what_if's median).
+        self.durations = Durations()
 
     def claimed(self, key: Key, n: int, now_ms: int) -> None:
         """``n`` claims of queue ``key`` committed at ``now_ms``."""
@@ -99,3 +109,43 @@ class History:
 def _bound(series: OrderedDict[Key, object]) -> None:
     while len(series) > MAX_SERIES:
         series.popitem(last=False)
+
+
+class Durations:
+    """Run times of the latest completed jobs of each queue, bounded.
+
+    The transition step notes each claim (:meth:`claimed`) and each job
+    leaving ``running`` (:meth:`left`); a completion's run time is the time
+    between, so only jobs claimed since this daemon started count (a restart
+    starts afresh).
+    """
+
+    def __init__(self) -> None:
+        self._started: dict[str, int] = {}
+        self._series: OrderedDict[Key, deque[int]] = OrderedDict()
+
+    def claimed(self, job_id: str, now_ms: int) -> None:
+        """Job ``job_id`` started running at ``now_ms``."""
+        if len(self._started) < MAX_RUNNING:
+            self._started[job_id] = now_ms
+
+    def left(self, key: Key, job_id: str, now_ms: int, completed: bool) -> None:
+        """Job ``job_id`` of queue ``key`` left running; a completion is timed."""
+        started = self._started.pop(job_id, None)
+        if started is None or not completed:
+            return
+        series = self._series.get(key)
+        if series is None:
+            series = self._series[key] = deque(maxlen=RUNS)
+            _bound(self._series)
+        else:
+            self._series.move_to_end(key)
+        series.append(max(0, now_ms - started))
+
+    def median(self, key: Key) -> tuple[int, int] | None:
+        """The median run time of queue ``key`` in ms and how many it is taken
+        from (None: no completion observed)."""
+        series = self._series.get(key)
+        if not series:
+            return None
+        return int(statistics.median_low(series)), len(series)

@@ -211,7 +211,9 @@ def _ops_paths(components: dict[str, Schema]) -> Schema:
             tag="verbs",
         )
         operation["operationId"] = verb_name
-        operation["description"] = f"Grants: {', '.join(verb.grants)}."
+        # No grant of its own: the verb checks those of what it names (what_if's change).
+        grants = ", ".join(verb.grants) or "those of the verb its arguments name"
+        operation["description"] = f"Grants: {grants}."
         paths[f"/v1/ops/{verb_name}"] = {"post": operation}
     return paths
 
@@ -289,6 +291,10 @@ def _rest_paths(components: dict[str, Schema]) -> Schema:
             "delete": op("Remove a queue's policy", {204: None}, (*COMMON, 404, 409),
                          params=[queue, ns], tag="admission"),
         },
+        "/api/v1/what-if": {"post": op(
+            "Preview a quota, policy, budget or queue change, writing nothing (the grant of "
+            "the change's verb)", {200: ref("WhatIf")}, (*body, 404, 409),
+            body=ref("what_if_call"), params=[ns], tag="admission")},
         "/healthz": {"get": _plain("Liveness, or what is degraded (no auth)",
                                    {200: ref("Health"), 503: ref("Health")})},
         "/metrics": {"get": _plain("Prometheus metrics (a bearer if daemon.metrics_token)",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from actors.lifecycle import STATES
 from actors.limits import MAX_BINDINGS, MAX_PAUSE_MS, MAX_TOKENS, NAME_RE
-from daemon.openapi_shapes import CLAIM_WINDOWS, NAME, QUOTA, STRATEGY, WINDOW, Schema
+from daemon.openapi_shapes import CLAIM_WINDOWS, NAME, PREVIEWED, QUOTA, STRATEGY, WINDOW, Schema
 
 
 def _group_map(lo: int, hi: int) -> Schema:
@@ -21,6 +21,12 @@ def _group_map(lo: int, hi: int) -> Schema:
 #: Schemas of free-form or list fields whose shape the argument class does not
 #: show, by ``<class name>.<field>``.
 FIELD_SCHEMAS: dict[str, Schema] = {
+    # what_if's change: a verb and its own arguments (checked as that verb checks them).
+    "WhatIfArgs.change": {
+        "type": "object",
+        "required": ["op"],
+        "properties": {"op": {"type": "string", "enum": list(PREVIEWED)}},
+    },
     "BudgetSetArgs.strategy": STRATEGY,
     "BudgetPatchArgs.allocation": {
         "type": ["integer", "null"],

@@ -108,8 +108,30 @@ BUDGET_STATE = {
         "pause_reason": {"type": ["string", "null"]},
     },
 }
+#: The verbs ``what_if`` previews (daemon.verbs.what_if.PREVIEWS; a unit test checks).
+PREVIEWED = ("quota_set", "policy_set", "budget_put", "budget_patch", "queue_configure")
+_BEFORE_AFTER = obj(["before", "after"], before=INT, after=INT)
+_TOKENS = {"type": ["number", "null"]}
+#: ``what_if``'s answer (PROTOCOL.md, "Foresight").
+WHAT_IF: Schema = obj(
+    ["op", "now", "flow", "assumptions"],
+    op={"type": "string"},
+    now=obj(
+        ["deferred_jobs", "released_jobs", "shed_next_enqueues", "admissible_now",
+         "budget_available", "head_next_eligible_at"],
+        deferred_jobs=INT, released_jobs=INT, shed_next_enqueues={"type": "boolean"},
+        next_enqueue={"type": "string"}, admissible_now=_BEFORE_AFTER,
+        budget_available=obj(["before", "after"], before=_TOKENS, after=_TOKENS),
+        head_next_eligible_at=_NULLABLEINT,
+    ),
+    flow={"type": "array", "minItems": 24, "maxItems": 24,
+          "items": obj(["hour_start", "admitted"], hour_start=INT, admitted=INT)},
+    assumptions={"type": "array", "items": {"type": "string"}},
+)  # fmt: skip
+
 COMPONENTS: dict[str, Schema] = {
     "Error": ERROR,
+    "WhatIf": WHAT_IF,
     "Job": {
         "type": "object",
         "required": [
@@ -326,6 +348,7 @@ RESULTS: dict[str, Schema] = {
     "admission_status": obj(["queues"], queues={"type": "array", "items": OBJECT}),
     "audit_list": obj(["records"], records={"type": "array", "items": OBJECT}),
     "periodic_list": obj(["periodic"], periodic={"type": "array", "items": OBJECT}),
+    "what_if": ref("WhatIf"),
 }
 
 #: Statuses every authenticated route can answer: 401 (tokens configured), 403
@@ -360,4 +383,5 @@ ANSWERS: dict[str, tuple[int, ...]] = {
     "quota_clear": (409,),
     "queue_configure": (404,),
     "admission_status": (404,),
+    "what_if": (404, 409),
 }

@@ -115,8 +115,10 @@ class Views:
 
         def effect() -> None:
             waits: dict[QueueKey, list[float]] = {}
+            durations = self.history.durations
             for row in rows:
                 self.remember_running(row)
+                durations.claimed(row.id, now)
                 key = (row.namespace, row.queue)
                 waits.setdefault(key, []).append(max(0, now - row.ready_at) / 1000)
             for key, seconds in waits.items():  # counted once per queue, not per job
@@ -162,12 +164,15 @@ class Views:
         left_running = source == lc.RUNNING
         if self.policies.groups.rings:
             self.policies.groups.moved(tx, source, rows)
-        ids = [row.id for row in rows] if left_running else ()
+        ids = [(row.id, (row.namespace, row.queue)) for row in rows] if left_running else ()
         failed = [row.queue for row in rows] if event in _FAILED else ()
+        now, completed = tx.now_ms, event == "complete"
 
         def effect() -> None:
-            for job_id in ids:
+            durations = self.history.durations
+            for job_id, key in ids:
                 self.running.pop(job_id, None)
+                durations.left(key, job_id, now, completed)
             for (key, target), n in per_key.items():
                 self.counts.move(key, source, target, n)
                 self.metrics.moved(key[1], source, target, n)

@@ -6,7 +6,9 @@ through the dispatcher as the signed-in session (the admin write limit keyed
 by the caller's address), and on success redirects back with a notice. A
 refusal the form can help with (a bad field, a conflict, the write limit)
 shows the form again with the values as typed and the field marked; any
-other goes to the error page.
+other goes to the error page. The policy and budget editors have a second
+submit, "Preview": the form's change goes to ``what_if`` instead (nothing is
+written) and the page shows what it would do, the form kept as typed.
 """
 
 from __future__ import annotations
@@ -51,8 +53,13 @@ class BoardEditors(BoardPlumbing):
                 audit = views.maybe_audit(self.core, session, ns, "queue", queue)
                 return {"ns": ns, "queue": queue, "policy": policy, "back": back, "audit": audit}
 
+            def preview(form: dict[str, str]) -> dict[str, Any]:
+                change = {"op": "policy_set", "queue": queue, **forms.policy_args(form)}
+                return read(self.core, session, "what_if", ns, change=change)
+
             values = forms.policy_form(policy)
-            return await self._edit(request, session, "policy_edit.html", values, save, context)
+            return await self._edit(request, session, "policy_edit.html", values, save, context,
+                                    preview)  # fmt: skip
 
         return await self._guard(request, page, ns)
 
@@ -72,8 +79,13 @@ class BoardEditors(BoardPlumbing):
             def context() -> dict[str, Any]:
                 return {"ns": ns, "key": key, "back": back, **data}
 
+            def preview(form: dict[str, str]) -> dict[str, Any]:
+                change = {"op": "budget_put", "key": key, **forms.budget_args(form)}
+                return read(self.core, session, "what_if", ns, change=change)
+
             values = forms.budget_form(data["budget"])
-            return await self._edit(request, session, "budget_edit.html", values, save, context)
+            return await self._edit(request, session, "budget_edit.html", values, save, context,
+                                    preview)  # fmt: skip
 
         return await self._guard(request, page, ns)
 
@@ -106,21 +118,28 @@ class BoardEditors(BoardPlumbing):
         values: dict[str, Any],
         save: Callable[[dict[str, str]], Awaitable[Response]],
         context: Callable[[], dict[str, Any]],
+        preview: Callable[[dict[str, str]], dict[str, Any]] | None = None,
     ) -> Response:
         """An editor's page with ``values`` in its form. A post goes to ``save``,
         which writes it and answers the redirect; a refusal the form can help
         with shows the form again as typed, the field it names marked.
-        ``context`` is read for the page once any write is done."""
-        error, field, status = None, None, 200
+        ``context`` is read for the page once any write is done. A post with
+        ``action=preview`` goes to ``preview`` instead: its ``what_if`` answer is
+        shown beside the form as typed."""
+        error, field, status, shown = None, None, 200, None
         if request.method == "POST":
             form = await self._form(request)
             if isinstance(form, Response):
                 return form
             try:
-                return await save(form)
+                if preview is not None and form.get("action") == "preview":
+                    shown = preview(form)
+                    values = _typed(values, form)
+                else:
+                    return await save(form)
             except Refused as refused:
                 values, error, field, status = _refill(refused, values, form)
-        page = {"values": values, "error": error, "field": field, **context()}
+        page = {"values": values, "error": error, "field": field, "preview": shown, **context()}
         return self.render(request, template, page, status, session)
 
 
@@ -132,5 +151,9 @@ def _refill(
     cannot help with (forbidden, not found) goes on to the error page."""
     if refused.code not in ("invalid_argument", "conflict", "rate_limited"):
         raise refused
-    typed = {**values, **{k: v for k, v in form.items() if k in values}}
-    return typed, refused.message, forms.field_of(refused), refused.status
+    return _typed(values, form), refused.message, forms.field_of(refused), refused.status
+
+
+def _typed(values: dict[str, Any], form: dict[str, str]) -> dict[str, Any]:
+    """The editor's values as the form typed them."""
+    return {**values, **{k: v for k, v in form.items() if k in values}}

@@ -139,6 +139,7 @@ def field_of(refused: Refused) -> str | None:
     field = refused.details.get("field")
     if not isinstance(field, str):
         return None
+    field = field.removeprefix("change.")  # a preview's refusal (what_if)
     if field.startswith("windows"):  # windows[2].tz: the one text area
         return "windows"
     return FORM_FIELDS.get(field, field)

@@ -34,6 +34,7 @@ READS = frozenset(
         "budget_get",
         "quota_get",
         "dead_list",
+        "what_if",
         "audit_list",
     }
 )

@@ -31,6 +31,7 @@ from datetime import datetime
 from typing import Any
 
 from actors.limits import MAX_TOKENS, NAME_RE
+from daemon.cli import dry_run
 from daemon.cli.context import Context, UsageError
 from daemon.cli.jobs import int_range
 from daemon.cli.output import emit_json, local_time, table
@@ -116,6 +117,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         p.add_argument("--duration", type=duration, metavar="D", help="time_based: e.g. 1h")
         p.add_argument("--burst", type=int_range(1, MAX_TOKENS), metavar="N", help="time_based")
         add_enforce_options(p)
+        if name == "set":
+            dry_run.add_option(p)
         p.set_defaults(run=run)
     patch = verbs.add_parser("patch", parents=[common], help="change only the settings given")
     patch.add_argument("key", metavar="KEY", type=budget_key)
@@ -124,6 +127,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     patch.add_argument("--duration", type=duration, metavar="D")
     patch.add_argument("--burst", type=burst_or_null, metavar="N|null", help="null resets it")
     add_enforce_options(patch)
+    dry_run.add_option(patch)
     patch.set_defaults(run=run_patch)
     delete = verbs.add_parser("delete", parents=[common], help="delete a budget")
     delete.add_argument("key", metavar="KEY", type=budget_key)
@@ -205,6 +209,10 @@ def run_create(ctx: Context, args: argparse.Namespace) -> int:
 def run_set(ctx: Context, args: argparse.Namespace) -> int:
     """Create a budget or replace its settings (its tokens are kept)."""
     strategy = strategy_of(args)
+    if args.dry_run:
+        change = {"key": args.key, "allocation": args.allocation, "strategy": strategy,
+                  **enforce_of(args)}  # fmt: skip
+        return dry_run.preview(ctx, "budget_put", {}, **change)
     return _one(
         ctx, "budget_put", "saved", key=args.key, allocation=args.allocation, strategy=strategy,
         **enforce_of(args),
@@ -213,6 +221,8 @@ def run_set(ctx: Context, args: argparse.Namespace) -> int:
 
 def run_patch(ctx: Context, args: argparse.Namespace) -> int:
     """Change only the settings given."""
+    if args.dry_run:
+        return dry_run.preview(ctx, "budget_patch", {}, key=args.key, **patch_of(args))
     return _one(ctx, "budget_patch", "patched", key=args.key, **patch_of(args))
 
 

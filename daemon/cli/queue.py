@@ -30,6 +30,7 @@ from datetime import datetime, tzinfo
 from typing import Any
 
 from actors.limits import NAME_RE
+from daemon.cli import dry_run
 from daemon.cli.context import Context, UsageError
 from daemon.cli.jobs import int_range
 from daemon.cli.output import emit_json
@@ -109,6 +110,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     add_group_options(set_)
     add_enforce_options(set_)
     _namespace_option(set_)
+    dry_run.add_option(set_)
     set_.set_defaults(run=run_set)
     clear = verbs.add_parser("clear", parents=[common], help="remove the policy: no limits")
     clear.add_argument("queue", type=queue_name, metavar="QUEUE")
@@ -194,6 +196,8 @@ def run_show(ctx: Context, args: argparse.Namespace) -> int:
 def run_set(ctx: Context, args: argparse.Namespace) -> int:
     """Replace the queue's policy."""
     fields = policy_of(args)
+    if args.dry_run:
+        return dry_run.preview(ctx, "policy_set", _scope(args), queue=args.queue, **fields)
     return ctx.show(
         "policy_set",
         lambda result: f"saved the policy of queue {args.queue!r}: {describe(result['policy'])}",

@@ -22,6 +22,7 @@ import re
 from typing import Any
 
 from actors.limits import NAME_RE
+from daemon.cli import dry_run
 from daemon.cli.context import Context, UsageError
 from daemon.cli.output import compact, emit_json
 from daemon.cli.shadow import SHADOW_NOTE, add_enforce_options, enforce_of
@@ -109,6 +110,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         else:
             set_.add_argument(option, dest=field, type=count, metavar="N", help=help_text)
     add_enforce_options(set_)
+    dry_run.add_option(set_)
     set_.set_defaults(run=run_set)
     get = verbs.add_parser(
         "get", aliases=["show"], parents=[common], help="the quota document and its source"
@@ -175,6 +177,8 @@ def document_of(args: argparse.Namespace) -> dict[str, Any]:
 def run_set(ctx: Context, args: argparse.Namespace) -> int:
     """Replace the namespace's quota document."""
     doc = document_of(args)
+    if args.dry_run:
+        return dry_run.preview(ctx, "quota_set", _scope(args), quota=doc)
     with ctx.client() as client:
         result = client.call("quota_set", quota=doc, **_scope(args))
     if ctx.json:

@@ -45,6 +45,8 @@ MAX_BODY = 1_048_576
 MAX_POLICY_BODY = 16 * 1024
 ADMISSION = "/api/v1/admission"
 JOBS_API, EXPLAIN = "/api/v1/jobs/", "/explain"
+#: ``POST /api/v1/what-if``: ``what_if``, its body the verb's arguments.
+WHAT_IF = "/api/v1/what-if"
 #: Budget routes (seed 003): method -> (verb, success status).
 _BUDGET_VERBS = {
     "GET": ("budget_get", 200),
@@ -59,7 +61,7 @@ _BUDGET_ACTIONS = {"pause": "budget_pause", "resume": "budget_resume"}
 _ALLOW = {
     "/jobs": "GET, POST", "/healthz": "GET", "/metrics": "GET",
     "/openapi.json": "GET", "/budgets": "GET", "/api/v1/quota": "GET, PUT, DELETE",
-    ADMISSION: "GET",
+    ADMISSION: "GET", WHAT_IF: "POST",
 }  # fmt: skip
 _ALLOW_PREFIX = {
     "/jobs/": "GET", "/v1/ops/": "POST", "/budgets/": "GET, POST, PUT, PATCH, DELETE",
@@ -185,6 +187,12 @@ class HttpApp:
         if path.startswith(ADMISSION + "/") and method in ("GET", "PUT", "DELETE"):
             return await self._admission(caller, method, path[len(ADMISSION) + 1 :], query,
                                          receive, headers)  # fmt: skip
+        if path == WHAT_IF and method == "POST":
+            body = await read_body(receive, headers, MAX_BODY)
+            if not isinstance(body, dict):
+                raise Refused("bad_frame", "the body must be a JSON object")
+            scoped = {"namespace": query["namespace"]} if "namespace" in query else {}
+            return Reply(200, await self._call(caller, "what_if", {**body, **scoped}))
         allow = _ALLOW.get(path) or next(
             (methods for prefix, methods in _ALLOW_PREFIX.items() if path.startswith(prefix)), None
         )

@@ -12,6 +12,7 @@ from daemon.verbs import (  # noqa: F401
     queues,
     quotas,
     reading,
+    what_if,
     working,
 )
 from daemon.verbs.table import VERBS, Call, Verb

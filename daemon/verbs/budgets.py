@@ -143,10 +143,9 @@ def create_budget(
     return audited_save(tx, actor, budget, "create", None)
 
 
-def _update(
-    core: Services, tx: Tx, actor: str, budget: Budget, spec: BudgetSpec, source: str = "api"
-) -> Budget:
-    bound = core.budget_gate.bound(tx, budget)
+def payable(budget: Budget, spec: BudgetSpec, bound: dict[int, int]) -> None:
+    """Refuse settings under which a bound job (``bound``: cost -> jobs) could never
+    be paid (seed 003's 422)."""
     if bound and spec.max_cost() < max(bound):
         raise invalid(
             "allocation",
@@ -154,6 +153,12 @@ def _update(
             f"{_jobs(sum(bound.values()))} draw up to {max(bound)} from it. "
             "Raise the allocation, delete them, or wait for them to drain.",
         )
+
+
+def _update(
+    core: Services, tx: Tx, actor: str, budget: Budget, spec: BudgetSpec, source: str = "api"
+) -> Budget:
+    payable(budget, spec, core.budget_gate.bound(tx, budget))
     before = budget.to_wire(tx.now_ms)
     tx.undo(budget.update(spec, tx.now_ms, source))  # never creates tokens
     if not spec.enforce and budget.parked > 0:
@@ -231,9 +236,8 @@ def budget_put(core: Services, call: Call, a: BudgetSetArgs) -> Plan:
     return Plan(write, _answer(core))
 
 
-@verb("budget_patch", ("manage",), BudgetPatchArgs, manage=True)
-def budget_patch(core: Services, call: Call, a: BudgetPatchArgs) -> Plan:
-    """Merge-patch a budget's settings (null resets a field to its default)."""
+def check_patch(a: BudgetPatchArgs) -> None:
+    """Refuse a patch whose fields cannot apply to any budget."""
     if a.allocation is not ABSENT and (
         type(a.allocation) is not int or not 1 <= a.allocation <= MAX_TOKENS
     ):
@@ -242,19 +246,31 @@ def budget_patch(core: Services, call: Call, a: BudgetPatchArgs) -> Plan:
         )
     if a.strategy is not ABSENT and not isinstance(a.strategy, dict):
         raise invalid("strategy", "strategy must be an object (it has no default)")
-    enforce = None if a.enforce is ABSENT else parse_enforce(a.enforce)  # null: true
+    if a.enforce is not ABSENT:
+        parse_enforce(a.enforce)  # null: true
+
+
+def patched_spec(budget: Budget, a: BudgetPatchArgs) -> BudgetSpec:
+    """``budget``'s settings with the merge patch ``a`` applied (checked)."""
+    strategy = budget.spec.strategy.to_dict()
+    if a.strategy is not ABSENT:
+        if a.strategy.get("type") not in (None, strategy["type"]):
+            strategy = {"type": a.strategy["type"]}  # a type change drops the others
+        strategy.update(a.strategy)
+        strategy = {k: v for k, v in strategy.items() if v is not None}
+    allocation = budget.spec.allocation if a.allocation is ABSENT else a.allocation
+    flag = budget.spec.enforce if a.enforce is ABSENT else parse_enforce(a.enforce)
+    return BudgetSpec(allocation, parse_strategy(strategy), flag)
+
+
+@verb("budget_patch", ("manage",), BudgetPatchArgs, manage=True)
+def budget_patch(core: Services, call: Call, a: BudgetPatchArgs) -> Plan:
+    """Merge-patch a budget's settings (null resets a field to its default)."""
+    check_patch(a)
 
     def write(tx: Tx) -> Budget:
         budget = visible_budget(core, call, a.key)
-        strategy = budget.spec.strategy.to_dict()
-        if a.strategy is not ABSENT:
-            if a.strategy.get("type") not in (None, strategy["type"]):
-                strategy = {"type": a.strategy["type"]}  # a type change drops the others
-            strategy.update(a.strategy)
-            strategy = {k: v for k, v in strategy.items() if v is not None}
-        allocation = budget.spec.allocation if a.allocation is ABSENT else a.allocation
-        flag = budget.spec.enforce if enforce is None else enforce
-        spec = BudgetSpec(allocation, parse_strategy(strategy), flag)
+        spec = patched_spec(budget, a)
         _writable(budget)
         return _update(core, tx, call.actor, budget, spec)
 

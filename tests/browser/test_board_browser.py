@@ -134,6 +134,28 @@ def test_policy_editor_saves_without_javascript_and_audits(browser, board, shots
         context.close()
 
 
+def test_policy_editor_previews_a_change_without_saving_it(browser, board, shots: Path):
+    context = browser.new_context(base_url=board.http_url, java_script_enabled=False)
+    page = context.new_page()
+    try:
+        page.goto(NS + "/q/investigations/policy")
+        page.fill("#max_claims_per_window", "110")
+        page.click("button[value=preview]")
+        assert page.url.endswith("/q/investigations/policy")  # a page, not a redirect
+        preview = page.locator("#preview")
+        assert "nothing was saved" in preview.inner_text()
+        # 100 of 100 used, 12 pending: 10 more may start now, 2 wait for the next day.
+        assert page.locator("[data-preview=admissible]").inner_text() == "0 → 10"
+        assert page.locator("[data-preview=released]").inner_text() == "10"
+        assert page.locator("[data-preview=flow]").count() == 24
+        assert page.locator("#max_claims_per_window").input_value() == "110"  # as typed
+        page.screenshot(path=shots / "policy-preview.png", full_page=True)
+        page.goto(NS + "/q/investigations")
+        assert "100 of 100 used" in page.locator("#live-investigations").inner_text()
+    finally:
+        context.close()
+
+
 def test_focus_lands_on_the_first_field_and_returns_to_the_edit_control(page):
     page.goto(NS + "/q/images")
     page.focus("#edit-policy")

@@ -320,6 +320,23 @@ def _check_audit_list(w: World) -> None:
     assert w.b.error("audit_list", namespace="A")["code"] == "forbidden"
 
 
+def _check_what_if(w: World) -> None:
+    before = w.a.ok("budget_create", key="a-preview", **_WIF)["budget"]
+    patch = {"op": "budget_patch", "key": "a-preview", "allocation": 1}
+    assert w.b.error("what_if", change=patch)["code"] == "not_found"
+    quota = {"op": "quota_set", "quota": {"max_pending": 1}}
+    for target in ({}, {"namespace": "A"}):
+        assert w.b.error("what_if", change=quota, **target)["code"] == "forbidden"
+    # B's queue "qa" is B's own: only B's pending jobs there are counted.
+    mine = w.b.ok("what_if", change={"op": "policy_set", "queue": "qa", "max_in_flight": 50})
+    queues = {q["queue"]: q["pending"] for q in w.b.ok("status")["queues"]}
+    theirs = {q["queue"]: q["pending"] for q in w.a.ok("status")["queues"]}
+    own = queues.get("qa", 0)
+    assert own != theirs["qa"]
+    assert mine["now"]["admissible_now"] == {"before": own, "after": own}
+    assert w.a.ok("budget_get", key="a-preview")["budget"] == before
+
+
 #: How each verb is checked for isolation between namespaces. A new verb must
 #: be added here (the test fails until it is): decide how it could leak.
 ISOLATION: dict[str, Callable[[World], None]] = {
@@ -366,6 +383,8 @@ ISOLATION: dict[str, Callable[[World], None]] = {
     "audit_list": _check_audit_list,
     "admission_status": _check_policy_list,
     "policy_set": _check_policy_set,
+    # Previews read the caller's namespace only, with the change's own grant.
+    "what_if": _check_what_if,
 }
 
 

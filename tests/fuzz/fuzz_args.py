@@ -32,6 +32,7 @@ from daemon.verbs import VERBS
 from daemon.verbs.args import converter, structure
 from daemon.verbs.budgets import parse_strategy
 from daemon.verbs.fast_checks import FAST
+from daemon.verbs.what_if import PREVIEWS
 from tests.fuzz.targets import check, refusal_only
 
 
@@ -90,6 +91,19 @@ def decode_documents(name: str, made: Any) -> None:
         refusal_only(made.spec)
     elif name == "budget_patch" and isinstance(made.strategy, dict):
         refusal_only(lambda: parse_strategy(made.strategy))
+    elif name == "what_if" and isinstance(made.change, dict):
+        _change(made.change)
+
+
+def _change(change: dict[str, Any]) -> None:
+    """A ``what_if`` change: its verb's arguments, structured and decoded the same way."""
+    op = change.get("op")
+    if op not in PREVIEWS:
+        return
+    args = {k: v for k, v in change.items() if k not in ("op", "namespace")}
+    made = refusal_only(lambda: structure(args, VERBS[op].args))
+    if not isinstance(made, Refused):
+        decode_documents(op, made)
 
 
 if __name__ == "__main__":

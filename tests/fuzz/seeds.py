@@ -127,6 +127,23 @@ SEEDS: dict[str, list[dict[str, Any]]] = {
         {"quota": {"max_pending": 10, "enforce": False}},
     ],
     "quota_clear": [{}],
+    "what_if": [
+        {"change": {"op": "quota_set", "quota": {"max_pending": 30, "on_excess": "drop"}}},
+        {
+            "change": {
+                "op": "policy_set",
+                "queue": "images",
+                "max_claims_per_window": 50,
+                "window": WINDOW,
+            }
+        },
+        {
+            "change": {"op": "budget_put", "key": "img", "allocation": 6, "strategy": DRIP},
+            "namespace": "ns",
+        },
+        {"change": {"op": "budget_patch", "key": "img", "allocation": 12}},
+        {"change": {"op": "queue_configure", "queue": "images", "dead_ttl_ms": 60_000}},
+    ],
     "audit_list": [
         {"target_kind": "budget", "target": "img", "limit": 5, "after": 3, "newest_first": True}
     ],

@@ -50,3 +50,17 @@ def test_budget_levels_are_sampled_at_most_every_interval():
     h.sample(budgets.items(), history.SAMPLE_MS)
     assert h.levels(("ns", "b"), 0) == [(0, 5.0), (history.SAMPLE_MS, 3.0)]
     assert h.levels(("ns", "b"), 1) == [(history.SAMPLE_MS, 3.0)]
+
+
+def test_run_times_count_completions_only_and_are_bounded(monkeypatch):
+    monkeypatch.setattr(history, "RUNS", 3)
+    runs = history.Durations()
+    for i, ms in enumerate((50, 10, 30, 20, 40)):
+        runs.claimed(f"j{i}", 1000)
+        runs.left(("ns", "q"), f"j{i}", 1000 + ms, completed=True)
+    assert runs.median(("ns", "q")) == (30, 3)  # the last three: 30, 20, 40
+    runs.claimed("failed", 0)
+    runs.left(("ns", "q"), "failed", 10_000, completed=False)
+    runs.left(("ns", "q"), "never-claimed", 10_000, completed=True)  # claimed before a start
+    assert runs.median(("ns", "q")) == (30, 3)
+    assert runs.median(("ns", "other")) is None
