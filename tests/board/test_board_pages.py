@@ -90,6 +90,36 @@ async def test_queue_page_header_chips_and_no_inline_code(tmp_path):
                 assert part in r.headers["set-cookie"]
 
 
+async def test_the_queue_page_shows_groups_with_reserved_and_lent_slots(tmp_path):
+    """Issue 18: gold's 4 reserved slots of 10 are idle and held by group a, so
+    they show as lent (table and bar); the others' rows lend nothing."""
+    with trio.fail_after(30):
+        async with board(tmp_path) as (core, client):
+            policy = {
+                "fairness": "round_robin",
+                "weights": {"gold": 3},
+                "min_in_flight": {"gold": 4},
+            }
+            await call(core, "policy_set", queue="reports", max_in_flight=10, **policy)
+            await call(core, "enqueue_many", jobs=[{"queue": "reports", "type": "r",
+                                                    "group": "a"}] * 12)  # fmt: skip
+            await call(core, "claim_next", queues=["reports"], max=10)
+            await call(core, "enqueue", queue="reports", type="r", group="gold")
+            html = (await client.get("/board/ns/default/q/reports")).text
+            rows = re.findall(r"<tr(?: class=\"lending\")?><th scope=\"row\">(.*?)</tr>", html)
+            cells = {r.split("<")[0]: re.findall(r"<td>([^<]*)</td>", r) for r in rows}
+            # weight, pending, in flight, reserved, lent
+            assert cells == {
+                "a": ["1", "2", "10", "0", "0"],
+                "gold": ["3", "1", "0", "4", "4 lent"],
+            }
+            assert html.count('class="lent"') == 1 and "4 reserved, 4 of them idle, 4 lent" in html
+            status = (await call(core, "admission_status", queue="reports"))["queues"][0]
+            assert [(g["group"], g["lent"]) for g in status["groups"]] == [("a", 0), ("gold", 4)]
+            jobs = (await call(core, "claim_next", queues=["reports"], max=10))["jobs"]
+            assert jobs == []  # nothing free: gold waits, nothing revoked
+
+
 async def test_every_page_renders(tmp_path):
     with trio.fail_after(30):
         async with board(tmp_path) as (core, client):

@@ -100,6 +100,9 @@ async def test_lending_gold_reserves_four_of_ten(tmp_path, autojump_clock):
             await _enqueue(core, "b", 20)
             others = await _claim_all(core)
             assert len(others) == 10  # gold idle: its reservation is lent
+            status = (await call(core, "admission_status", queue="q"))["queues"][0]
+            gold_row = next(g for g in status["groups"] if g["group"] == "gold")
+            assert (gold_row["in_flight"], gold_row["reserved"], gold_row["lent"]) == (0, 4, 4)
             await _enqueue(core, "gold", 6)
             assert await _claim_all(core) == []
             waiting = (await call(core, "list", queue="q", status="pending"))["jobs"]
@@ -128,6 +131,7 @@ async def test_lending_gold_reserves_four_of_ten(tmp_path, autojump_clock):
             status = (await call(core, "admission_status", queue="q"))["queues"][0]
             by_group = {g["group"]: g for g in status["groups"]}
             assert by_group["gold"]["reserved"] == 4 and by_group["a"]["reserved"] == 0
+            assert by_group["gold"]["lent"] == 0  # gold holds its 4: nothing lent
 
 
 def _drive(seed: int, steps: int, caps: dict[str, int], reserve: int) -> list[dict[str, Any]]:
