@@ -47,6 +47,8 @@ def strategy_refused(exc: SpecError, base: str = "strategy") -> Refused:
     if exc.problem == spec_parser.UNKNOWN_FIELD:
         parent, _dot, name_ = field.rpartition(".")
         return invalid(field, f"{parent}: unknown field {name_!r}")
+    if exc.problem == spec_parser.BAD_RESERVE:
+        return invalid(field, exc.detail)
     return invalid(field, _WORDS[exc.problem].format(f=field))
 
 
@@ -56,6 +58,14 @@ def parse_strategy(value: Any, field: str = "strategy") -> Strategy:
         return spec_parser.parse_strategy(value)
     except SpecError as exc:
         raise strategy_refused(exc, field) from None
+
+
+def checked_spec(allocation: int, strategy: Strategy) -> BudgetSpec:
+    """The settings, unless the reservations add up to more than the allocation."""
+    try:
+        return spec_parser.check_reserve(BudgetSpec(allocation, strategy))
+    except SpecError as exc:
+        raise strategy_refused(exc) from None
 
 
 def _save(tx: Tx, budget: Budget) -> None:
@@ -81,7 +91,7 @@ class BudgetSetArgs:
     strategy: Any = None
 
     def spec(self) -> BudgetSpec:
-        return BudgetSpec(self.allocation, parse_strategy(self.strategy))
+        return checked_spec(self.allocation, parse_strategy(self.strategy))
 
 
 @attrs.frozen
@@ -149,7 +159,9 @@ def _update(
             "Raise the allocation, delete them, or wait for them to drain.",
         )
     before = budget.to_wire(tx.now_ms)
+    reserve = budget.reservations
     tx.undo(budget.update(spec, tx.now_ms, source))  # never creates tokens
+    core.budget_gate.reserve_changed(tx, budget, reserve)
     tx.after(lambda: core.budget_gate.settings_changed(budget))
     return audited_save(tx, actor, budget, "update", before)
 
@@ -244,7 +256,7 @@ def budget_patch(core: Services, call: Call, a: BudgetPatchArgs) -> Plan:
             strategy.update(a.strategy)
             strategy = {k: v for k, v in strategy.items() if v is not None}
         allocation = budget.spec.allocation if a.allocation is ABSENT else a.allocation
-        spec = BudgetSpec(allocation, parse_strategy(strategy))
+        spec = checked_spec(allocation, parse_strategy(strategy))
         _writable(budget)
         return _update(core, tx, call.actor, budget, spec)
 
