@@ -101,7 +101,23 @@ def budget_args(form: dict[str, str]) -> dict[str, Any]:
         burst = _int(form, "burst")
         if burst is not None:
             strategy["burst"] = burst
+    reserve = _group_tokens(form.get("reserve", ""))
+    if reserve:
+        strategy["reserve"] = reserve  # the verb refuses it on a time_based budget
     return {"allocation": allocation, "strategy": strategy}
+
+
+def _group_tokens(text: str) -> dict[str, int]:
+    """``gold=4, silver=2`` (commas or new lines) to ``{group: tokens}``."""
+    out: dict[str, int] = {}
+    for part in text.replace("\n", ",").split(","):
+        if not part.strip():
+            continue
+        group, sep, number = part.strip().rpartition("=")
+        if not sep or not number.strip().isdigit():
+            raise invalid("reserve", f"write each reservation as GROUP=N, not {part.strip()!r}")
+        out[group.strip()] = int(number)
+    return out
 
 
 def budget_form(budget: dict[str, Any]) -> dict[str, str]:
@@ -113,6 +129,7 @@ def budget_form(budget: dict[str, Any]) -> dict[str, str]:
         "type": strategy.get("type", "while_in_flight"),
         "duration_s": "" if duration is None else str(duration // 1000),
         "burst": "" if strategy.get("burst") is None else str(strategy["burst"]),
+        "reserve": ", ".join(f"{g}={n}" for g, n in (strategy.get("reserve") or {}).items()),
     }
 
 
@@ -137,4 +154,6 @@ def field_of(refused: Refused) -> str | None:
         return None
     if field.startswith("windows"):  # windows[2].tz: the one text area
         return "windows"
+    if field.startswith("strategy.reserve"):  # strategy.reserve.gold: the one field
+        return "reserve"
     return FORM_FIELDS.get(field, field)

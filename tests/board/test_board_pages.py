@@ -198,6 +198,33 @@ async def test_policy_editor_saves_over_a_form_post_and_audits(tmp_path):
             assert "max_claims_per_window: 3 → 50" in queue
 
 
+async def test_budget_editor_keeps_and_sets_a_reserve(tmp_path):
+    """Issue 18: the editor shows a budget's reserve and saves it; over the
+    allocation, the verb's refusal shows beside the field, nothing written."""
+    with trio.fail_after(30):
+        async with board(tmp_path) as (core, client):
+            spec = {"type": "while_in_flight", "reserve": {"gold": 4}}
+            await call(core, "budget_create", key="llm", allocation=10, strategy=spec)
+            page = (await client.get("/board/ns/default/budgets/llm")).text
+            assert 'name="reserve" value="gold=4"' in page
+            form = {"csrf": csrf_of(page), "allocation": "10", "type": "while_in_flight",
+                    "reserve": "gold=4, silver=2"}  # fmt: skip
+            r = await client.post("/board/ns/default/budgets/llm", data=form)
+            assert r.status_code == 303
+            got = (await call(core, "budget_get", key="llm"))["budget"]["strategy"]
+            assert got["reserve"] == {"gold": 4, "silver": 2}
+            r = await client.post(
+                "/board/ns/default/budgets/llm", data={**form, "reserve": "gold=9, silver=2"}
+            )
+            assert "reserves 11 tokens in all, more than allocation 10" in r.text
+            assert (
+                'id="reserve" name="reserve" value="gold=9, silver=2" autofocus aria-invalid="true"'
+                in r.text
+            )
+            got = (await call(core, "budget_get", key="llm"))["budget"]["strategy"]
+            assert got["reserve"] == {"gold": 4, "silver": 2}
+
+
 async def test_policy_editor_shows_a_verb_refusal_beside_the_field(tmp_path):
     with trio.fail_after(30):
         async with board(tmp_path) as (core, client):

@@ -156,7 +156,7 @@ def _drive(seed: int, steps: int, reserve: int) -> list[dict[str, Any]]:
     return _with_core(body)
 
 
-@settings(max_examples=10, deadline=None, derandomize=True,
+@settings(max_examples=8, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])  # fmt: skip
 @given(seed=st.integers(0, 2**32), reserve=st.integers(1, 6))
 def test_lending_property_gold_short_only_while_every_token_is_busy(seed, reserve):

@@ -15,11 +15,16 @@ def _take(turns: Turns, n: int, passed_over=lambda _m: False) -> list[str]:
 
 
 def _worst(seq: list[str], weights: dict[str, int], span: int = 40) -> float:
+    """The largest |count - share| of any member over any run of ``span`` turns."""
     total = sum(weights.values())
-    return max(
-        abs(Counter(seq[s : s + span])[m] - span * w / total)
-        for s in range(len(seq) - span + 1) for m, w in weights.items()
-    )  # fmt: skip
+    counts = Counter(seq[:span])
+    worst = 0.0
+    for start in range(len(seq) - span + 1):
+        if start:
+            counts[seq[start - 1]] -= 1
+            counts[seq[start + span - 1]] += 1
+        worst = max(worst, max(abs(counts[m] - span * w / total) for m, w in weights.items()))
+    return worst
 
 
 def test_each_member_gets_its_weighted_share_every_round():
@@ -41,7 +46,7 @@ def test_a_weight_of_three_among_ones_keeps_every_40_turns_within_one(others):
     assert _worst(_take(turns, 300), weights) <= 1
 
 
-@settings(max_examples=40, derandomize=True)
+@settings(max_examples=40, derandomize=True, deadline=None)
 @given(st.lists(st.integers(1, 6) | st.integers(1, 1000), min_size=2, max_size=12))
 def test_any_weights_stay_within_one_over_every_40_turns(weights_list):
     """The window rule (actors/turn_window.py): every run of 40 turns is within
