@@ -3,7 +3,6 @@ policy's lending rule (actors/lending.py) on a budget's tokens, through the core
 
 from __future__ import annotations
 
-import random
 from collections import Counter
 from typing import Any
 
@@ -14,7 +13,7 @@ from hypothesis import strategies as st
 
 from actors.errors import Refused
 from tests.unit.harness import call, claim_jobs, running_core
-from tests.unit.test_fairness import _with_core
+from tests.unit.test_group_limits import _drive
 
 
 def _spec(reserve: dict[str, Any], allocation: int = 10) -> dict[str, Any]:
@@ -124,38 +123,6 @@ async def test_reserve_reads_back_patches_and_counts_jobs_already_there(tmp_path
         assert [j["group"] for j in await _claim_all(core)] == ["gold"]
 
 
-def _drive(seed: int, steps: int, reserve: int) -> list[dict[str, Any]]:
-    """Random arrivals and completions on a budget of 10 tokens, eager workers."""
-    rng = random.Random(seed)
-    groups = ["gold", "a", "b", "c"]
-
-    async def body(core: Any) -> list[dict[str, Any]]:
-        await call(core, "budget_create", key="b", **_spec({"gold": reserve}))
-        running: list[dict] = []
-        pending: Counter = Counter()
-        log = []
-        for _ in range(steps):
-            before = Counter(j["group"] for j in running)
-            gold_short = before["gold"] < min(reserve, before["gold"] + pending["gold"])
-            event = rng.random()
-            if event < 0.45 or not running:
-                group, n = rng.choice(groups), rng.randint(1, 6)
-                await _enqueue(core, group, n)
-                pending[group] += n
-            else:
-                await _complete(core, running.pop(rng.randrange(len(running))))
-            got = await _claim_all(core)
-            running += got
-            for job in got:
-                pending[job["group"]] -= 1
-            log.append({"running": Counter(j["group"] for j in running),
-                        "pending": +pending, "claimed": Counter(j["group"] for j in got),
-                        "gold_was_short": gold_short})  # fmt: skip
-        return log
-
-    return _with_core(body)
-
-
 @settings(max_examples=8, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])  # fmt: skip
 @given(seed=st.integers(0, 2**32), reserve=st.integers(1, 6))
@@ -163,7 +130,11 @@ def test_lending_property_gold_short_only_while_every_token_is_busy(seed, reserv
     """As the policy's (test_group_limits.py): never more than 10 tokens in flight;
     gold below min(reserve, its demand) only while all 10 are held, and another
     group gets tokens only when gold is not short; no token idle while work waits."""
-    for step in _drive(seed, 40, reserve):
+
+    async def setup(core: Any) -> None:
+        await call(core, "budget_create", key="b", **_spec({"gold": reserve}))
+
+    for step in _drive(seed, 40, {}, reserve, setup, _enqueue):
         running, pending = step["running"], step["pending"]
         total = sum(running.values())
         assert total <= 10
