@@ -12,6 +12,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from actors.errors import Refused, invalid
+from actors.group_policy import GROUP_FIELDS
 from actors.window_spec import parse_spec, to_spec
 
 #: A form post is small; anything larger is not from the board.
@@ -84,6 +85,12 @@ def policy_form(policy: dict[str, Any] | None) -> dict[str, str]:
         "weekday": window.get("weekday") or "Mon",
         "windows": "\n".join(to_spec(w) for w in policy.get("windows") or []),
     }
+
+
+def kept_group_fields(policy: dict[str, Any] | None) -> dict[str, Any]:
+    """The current policy's group fields (docs/fairness.md), which the editor does
+    not show: a save keeps them rather than clearing them."""
+    return {f: policy[f] for f in GROUP_FIELDS if policy and policy.get(f) is not None}
 
 
 def budget_args(form: dict[str, str]) -> dict[str, Any]:

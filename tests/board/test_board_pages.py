@@ -198,6 +198,20 @@ async def test_policy_editor_saves_over_a_form_post_and_audits(tmp_path):
             assert "max_claims_per_window: 3 → 50" in queue
 
 
+async def test_policy_editor_keeps_the_group_fields_it_does_not_show(tmp_path):
+    with trio.fail_after(30):
+        async with board(tmp_path) as (core, client):
+            await call(core, "policy_set", queue="reports", max_in_flight=10,
+                       fairness="round_robin", min_in_flight={"gold": 4})  # fmt: skip
+            page = (await client.get("/board/ns/default/q/reports/policy")).text
+            form = {"csrf": csrf_of(page), "max_in_flight": "12", "action": "save"}
+            r = await client.post("/board/ns/default/q/reports/policy", data=form)
+            assert r.status_code == 303
+            policy = (await call(core, "policy_get", queue="reports"))["policy"]
+            assert policy["max_in_flight"] == 12
+            assert (policy["fairness"], policy["min_in_flight"]) == ("round_robin", {"gold": 4})
+
+
 async def test_budget_editor_keeps_and_sets_a_reserve(tmp_path):
     """Issue 18: the editor shows a budget's reserve and saves it; over the
     allocation, the verb's refusal shows beside the field, nothing written."""
