@@ -41,13 +41,15 @@ from typing import Any, Literal
 
 import attrs
 
-from actors.limits import MAX_TOKENS
+from actors.limits import GROUP_RULE, MAX_TOKENS, valid_group
 
 WHILE_IN_FLIGHT: Literal["while_in_flight"] = "while_in_flight"
 TIME_BASED: Literal["time_based"] = "time_based"
 STRATEGIES = (WHILE_IN_FLIGHT, TIME_BASED)
 SPEC_FIELDS = frozenset({"allocation", "strategy", "enforce"})
-STRATEGY_FIELDS = frozenset({"type", "duration_ms", "burst"})
+STRATEGY_FIELDS = frozenset({"type", "duration_ms", "burst", "reserve"})
+#: The most groups a ``reserve`` names (as a policy's ``min_in_flight``).
+MAX_RESERVED_GROUPS = 1_000
 
 #: The problems :class:`SpecError` names.
 NOT_OBJECT = "not_object"  # the spec or its strategy is not an object
@@ -58,6 +60,9 @@ BAD_TYPE = "bad_type"  # strategy.type is neither strategy
 REQUIRED = "required"  # time_based without duration_ms
 TIME_BASED_ONLY = "time_based_only"  # while_in_flight with duration_ms or burst
 BAD_FLAG = "bad_flag"  # enforce: not a boolean
+#: ``strategy.reserve`` refused (``detail`` is the whole sentence): not a map of
+#: groups to tokens, on a time_based budget, or more than the allocation in all.
+BAD_RESERVE = "bad_reserve"
 
 
 class SpecError(ValueError):
@@ -106,7 +111,44 @@ def parse_strategy(
     if kind == WHILE_IN_FLIGHT and (length is not None or burst is not None):
         raise SpecError("strategy.duration_ms" if length is not None else "strategy.burst",
                         TIME_BASED_ONLY)  # fmt: skip
-    return Strategy(kind, length, burst)
+    reserve = _reserve(value.get("reserve"), kind)
+    return Strategy(kind, length, burst, reserve)
+
+
+def _reserve(value: Any, kind: str) -> dict[str, int]:
+    """``strategy.reserve``: ``{group: tokens}`` of a ``while_in_flight`` budget."""
+    field = "strategy.reserve"
+    if value is None:
+        return {}
+    if kind != WHILE_IN_FLIGHT:
+        raise SpecError(field, BAD_RESERVE, f"{field} applies to while_in_flight budgets only")
+    if not isinstance(value, dict):
+        raise SpecError(field, BAD_RESERVE, f"{field} is an object {{group: tokens}}")
+    if len(value) > MAX_RESERVED_GROUPS:
+        raise SpecError(field, BAD_RESERVE, f"{field} names at most {MAX_RESERVED_GROUPS} groups")
+    out = {}
+    for group, tokens in value.items():
+        if group != "" and not valid_group(group):
+            words = f'{field}: a group is {GROUP_RULE}, or "" (the default group)'
+            raise SpecError(field, BAD_RESERVE, words)
+        if type(tokens) is not int or not 0 <= tokens <= MAX_TOKENS:
+            words = f"{field}.{group} must be an integer from 0 to {MAX_TOKENS}"
+            raise SpecError(f"{field}.{group}", BAD_RESERVE, words)
+        if tokens:
+            out[group] = tokens
+    return dict(sorted(out.items()))
+
+
+def check_reserve(spec: BudgetSpec) -> BudgetSpec:
+    """``spec``, unless its reservations add up to more than its allocation."""
+    total = sum(spec.strategy.reserve.values())
+    if total > spec.allocation:
+        raise SpecError(
+            "strategy.reserve", BAD_RESERVE,
+            f"strategy.reserve reserves {total} tokens in all, more than allocation "
+            f"{spec.allocation}",
+        )  # fmt: skip
+    return spec
 
 
 def parse_spec(
@@ -128,7 +170,7 @@ def parse_spec(
     enforce = value.get("enforce", True)
     if type(enforce) is not bool and enforce is not None:
         raise SpecError("enforce", BAD_FLAG)
-    return BudgetSpec(allocation, strategy, enforce is not False)
+    return check_reserve(BudgetSpec(allocation, strategy, enforce is not False))
 
 
 @attrs.frozen
@@ -138,6 +180,9 @@ class Strategy:
     type: Literal["while_in_flight", "time_based"]
     duration_ms: int | None = None
     burst: int | None = None
+    #: ``{group: tokens}`` of the allocation reserved for groups, lent while
+    #: they have no work (``while_in_flight`` only: :mod:`actors.lending`).
+    reserve: dict[str, int] = attrs.field(factory=dict, hash=False)
 
     def to_dict(self) -> dict[str, Any]:
         """The strategy object of the wire contract (absent fields omitted)."""
@@ -146,6 +191,8 @@ class Strategy:
             out["duration_ms"] = self.duration_ms
         if self.burst is not None:
             out["burst"] = self.burst
+        if self.reserve:
+            out["reserve"] = dict(self.reserve)
         return out
 
 

@@ -17,13 +17,14 @@ from typing import Any
 import attrs
 
 from actors.budget import BudgetSpec, TokenPool
+from actors.budget_groups import GroupCounts
 
 Undo = Callable[[], None]
 BudgetKey = tuple[str, str]
 
 
 @attrs.define(eq=False)
-class Budget:
+class Budget(GroupCounts):
     """A named budget of a namespace: its settings, its pool and its jobs.
 
     Besides the pool it keeps what dispatch needs without a scan: how many
@@ -55,6 +56,19 @@ class Budget:
     paused_until: int | None = None
     #: Why it is paused (the worker's words), or None.
     pause_reason: str | None = None
+    #: A ``reserve`` (:mod:`actors.lending`), per group: cost in flight, and jobs
+    #: pending (ready or parked), kept only while the budget reserves tokens.
+    group_cost: dict[str, int] = attrs.field(factory=dict)
+    group_pending: dict[str, int] = attrs.field(factory=dict)
+    #: The parked jobs of each reserving group, oldest first: job id -> (queue,
+    #: cost), so the tokens owed to a group go to its own jobs without a scan.
+    parked_of: dict[str, dict[str, tuple[str, int]]] = attrs.field(factory=dict)
+    #: job id -> group, of the jobs in :attr:`parked_of` and of released jobs of
+    #: reserving groups not yet claimed (their promises count as the group's).
+    group_of: dict[str, str] = attrs.field(factory=dict)
+    #: The oldest parked job is held back by a reservation, not by tokens: no
+    #: release until a count changes (else the waker would spin on it).
+    held_head: bool = False
 
     @property
     def spec(self) -> BudgetSpec:
@@ -94,6 +108,7 @@ class Budget:
         """Job ``job_id`` becomes a holder and takes its promise; the undo puts the
         pool back as it is before the caller changes it."""
         raw, promised = self.pool.raw(), self.reserved.pop(job_id, None)
+        group = self.group_of.pop(job_id, None) if self.group_of else None
         self.holders.add(job_id)
 
         def undo() -> None:
@@ -101,6 +116,8 @@ class Budget:
             self.holders.discard(job_id)
             if promised is not None:
                 self.reserved[job_id] = promised
+            if group is not None:
+                self.group_of[job_id] = group
 
         return undo
 
@@ -109,6 +126,7 @@ class Budget:
         raw, held = self.pool.raw(), job_id in self.holders
         self.pool.credit(cost)
         self.holders.discard(job_id)
+        self.held_head = False
 
         def undo() -> None:
             self.pool.restore(raw)
@@ -156,6 +174,9 @@ class Budget:
         promised = self.reserved.pop(job_id, None)
         if promised is None:
             return None
+        if self.group_of:
+            self.left_parked(job_id)
+            self.group_of.pop(job_id, None)
         return lambda: self.reserved.__setitem__(job_id, promised)
 
     def settle(self, job_id: str, reserved: int, actual: Fraction, now_ms: int) -> Undo:
@@ -215,6 +236,11 @@ class Budget:
         self.reserved.clear()
         self.holders.clear()
         self.pool.in_flight = 0
+        self.group_cost.clear()
+        self.group_pending.clear()
+        self.parked_of.clear()
+        self.group_of.clear()
+        self.held_head = False
 
     def recover_running(self, job_id: str, cost: int) -> None:
         """A running job found at start-up holds ``cost`` of this budget."""
@@ -232,7 +258,7 @@ class Budget:
         """When the oldest parked job can be released: its cost plus what is
         already promised must be affordable. None when nothing is parked, or
         when only a job finishing (or a claim, or an update) can change it."""
-        if self.parked <= 0:
+        if self.parked <= 0 or self.held_head:
             return None
         if not self.spec.enforce:
             return now_ms  # a shadowed budget parks nothing: let them all go

@@ -26,12 +26,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterator, Mapping
 
+from actors import lending
 from actors.group_policy import GroupPolicy
 from actors.turns import Turns
 
 Undo = Callable[[], None]
 GROUP_CAP = "group_in_flight_cap"
-RESERVED = "reserved_for_other_groups"
+RESERVED = lending.RESERVED
 
 
 class GroupRing:
@@ -115,12 +116,13 @@ class GroupRing:
     def owed(self, group: str, extra: int = 0, pending: int | None = None) -> int:
         """Slots ``group``'s reservation still claims now (0 without pending work)."""
         reserved = self.policy.min_in_flight.get(group, 0)
-        if not reserved or not (self.left(group) if pending is None else pending):
+        if not reserved:
             return 0
         cap = self.policy.cap(group)
         if cap is not None:
             reserved = min(reserved, cap)
-        return max(0, reserved - self.in_flight.get(group, 0) - extra)
+        has_work = bool(self.left(group) if pending is None else pending)
+        return lending.owed(reserved, self.in_flight.get(group, 0) + extra, has_work)
 
     def owed_total(self, extra: Mapping[str, int] | None = None,
                    taken: Mapping[str, int] | None = None) -> int:  # fmt: skip
@@ -143,10 +145,11 @@ class GroupRing:
             return GROUP_CAP
         if free is None or not policy.min_in_flight:
             return None
-        if self.owed(group, extra) > 0:
+        own = self.owed(group, extra)
+        if own > 0:
             return None
         owed = self.owed_total() if owed_total is None else owed_total
-        return RESERVED if free <= owed else None
+        return RESERVED if lending.held_back(own, free, 1, owed) else None
 
     def blocked(self, free: int | None) -> str | None:
         """Why no group with pending jobs may take a slot (None: one may, or none

@@ -32,6 +32,8 @@ import heapq
 from collections.abc import Callable, Iterator
 from fractions import Fraction
 
+from actors.turn_window import TurnWindow
+
 #: Debts of departed members kept at most (a member that drains and refills
 #: between two of its turns does not skip the queue).
 LEFT_KEPT = 100_000
@@ -53,6 +55,9 @@ class Turns:
         self._joined = 0
         #: Debts of members that left (bounded: cleared when full).
         self._left: dict[str, int] = {}
+        #: Members per weight, and the last 40 turns (kept within 1 of each share).
+        self._sizes: dict[int, int] = {}
+        self.window = TurnWindow()
 
     def __contains__(self, member: str) -> bool:
         return member in self._members
@@ -77,31 +82,90 @@ class Turns:
         self.total += weight
         credit = min(0, self._left.pop(member, 0))
         self._set(member, weight, credit - weight * self.turn, self._joined)
+        self._resized(weight, 1)
 
     def leave(self, member: str) -> None:
         """``member`` leaves; a debt (negative credit) is kept for its return."""
         entry = self._members.pop(member, None)
         if entry is not None:
             self.total -= entry[0]
+            self._resized(entry[0], -1)
             credit = entry[1] + entry[0] * self.turn
             if credit < 0:
                 if len(self._left) >= LEFT_KEPT:
                     self._left.clear()
                 self._left[member] = credit
 
+    def _resized(self, weight: int, n: int) -> None:
+        """A member of ``weight`` joined (1) or left (-1): the shares change."""
+        left = self._sizes.get(weight, 0) + n
+        if left > 0:
+            self._sizes[weight] = left
+        else:
+            self._sizes.pop(weight, None)
+        self.window.reset(self.total, self._sizes)
+
     def _set(self, member: str, weight: int, base: int, order: int) -> None:
         self._members[member] = (weight, base, order)
         heapq.heappush(self._classes.setdefault(weight, []), (-base, order, member))
 
     def next(self, passed_over: Callable[[str], bool]) -> str | None:
-        """Take a turn: the member with the most credit that ``passed_over`` does
-        not refuse (None, and no turn taken, when it refuses every member)."""
+        """Take a turn: among the members ``passed_over`` does not refuse and the
+        window allows (:mod:`actors.turn_window`), the one due soonest by credit
+        (None, and no turn taken, when ``passed_over`` refuses every member)."""
         self.turn += 1
-        turn, members = self.turn, self._members
-        heads: list[tuple[int, int, str, int]] = []  # (credit, order, member, weight)
+        members, window = self._members, self.window
+        forced = window.forced()
+        if forced is not None:
+            if not passed_over(forced):
+                return self._took(forced, [])
+            window.reset(self.total, self._sizes)  # the rule cannot be kept: start again
+        heads, aside = self._heads(passed_over)
+        best = self._choose(heads)
+        if best is None and len(aside) < len(members):
+            # Every member the window allows is refused: the turn goes as credits
+            # say, and the window starts again (then it allows every member).
+            window.reset(self.total, self._sizes)
+            heads, more = self._heads(passed_over)
+            aside += more
+            best = self._choose(heads)
+        taker = None
+        if best is not None:
+            _credit, _order, taker, weight = best
+            heapq.heappop(self._classes[weight])  # the taker's entry heads its class
+        turn = self.turn
+        for member in aside:
+            weight_a, base, order = members[member]
+            self._set(member, weight_a, min(base, -weight_a * turn), order)  # credit <= 0
+        if taker is None:
+            self.turn -= 1
+            return None
+        return self._took(taker, aside)
+
+    def _took(self, taker: str, aside: list[str]) -> str:
+        # The taker pays for the members that could take the turn: those passed
+        # over sit it out, so their weights are not charged to it.
+        members = self._members
+        weight, base, order = members[taker]
+        self._set(taker, weight, base - self.total + sum(members[m][0] for m in aside), order)
+        self.window.took(taker, weight)
+        return taker
+
+    def _heads(
+        self, passed_over: Callable[[str], bool]
+    ) -> tuple[list[tuple[int, int, str, int]], list[str]]:
+        """Each weight class's first member that ``passed_over`` does not refuse
+        and the window allows, as (credit, order, member, weight); and the
+        members refused, taken out of their heaps."""
+        turn, members, window = self.turn, self._members, self.window
+        tight = window.tight()
+        heads: list[tuple[int, int, str, int]] = []
         aside: list[str] = []
+        held: list[tuple[int, tuple[int, int, str]]] = []
         for weight in list(self._classes):
             heap = self._classes[weight]
+            if tight and window.bounds(weight)[0] == 0:
+                continue  # no member of this weight may lift the short ones
             while heap:
                 neg_base, order, member = heap[0]
                 entry = members.get(member)
@@ -112,26 +176,16 @@ class Turns:
                     heapq.heappop(heap)
                     aside.append(member)
                     continue
+                if not window.fits(member, weight):
+                    held.append((weight, heapq.heappop(heap)))  # back after the turn
+                    continue
                 heads.append((-neg_base + weight * turn, order, member, weight))
                 break
-            if not heap:
-                del self._classes[weight]
-        best = self._choose(heads)
-        taker = None
-        if best is not None:
-            _credit, _order, taker, weight = best
-            heapq.heappop(self._classes[weight])  # the taker's entry heads its class
-        for member in aside:
-            weight_a, base, order = members[member]
-            self._set(member, weight_a, min(base, -weight_a * turn), order)  # credit <= 0
-        if taker is None:
-            self.turn -= 1
-            return None
-        # The taker pays for the members that could take the turn: those passed
-        # over sit it out, so their weights are not charged to it.
-        weight, base, order = members[taker]
-        self._set(taker, weight, base - self.total + sum(members[m][0] for m in aside), order)
-        return taker
+        for weight, item in held:
+            heapq.heappush(self._classes[weight], item)
+        for weight in [w for w, heap in self._classes.items() if not heap]:
+            del self._classes[weight]
+        return heads, aside
 
     def _choose(self, heads: list[tuple[int, int, str, int]]) -> tuple[int, int, str, int] | None:
         """Among the heads of the weight classes, the member due soonest among

@@ -112,7 +112,7 @@ def _budget_problem(exc: SpecError, body: Any) -> ValueError:
     kind = body["strategy"].get("type") if field.startswith("strategy.") else None
     if problem == spec_parser.UNKNOWN_FIELD:
         return FieldError(field, "unknown field")
-    if problem == spec_parser.UNREADABLE:
+    if problem in (spec_parser.UNREADABLE, spec_parser.BAD_RESERVE):
         return FieldError(field, exc.detail)
     if problem == spec_parser.NOT_OBJECT:
         if field == "strategy":

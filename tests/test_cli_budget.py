@@ -185,6 +185,27 @@ def test_a_refusal_of_the_daemon_exits_1(cli):
     assert cli.run("delete", "nope").returncode == 1
 
 
+def test_set_reserve_group_tokens(cli):
+    """Issue 18: ``--reserve GROUP=N`` (repeatable) on a while_in_flight budget."""
+    wif = ("--allocation", "10", "--strategy", "while_in_flight")
+    out = cli.ok("set", "llm", *wif, "--reserve", "gold=4", "--reserve", "silver=2")
+    assert "while_in_flight reserve gold=4, silver=2" in out
+    strategy = cli.json("get", "llm")["budget"]["strategy"]
+    assert strategy == {"type": "while_in_flight", "reserve": {"gold": 4, "silver": 2}}
+    over = cli.run("set", "llm", *wif, "--reserve", "gold=6", "--reserve", "silver=5")
+    assert over.returncode == 1 and over.stderr == (
+        "sluice: invalid_argument: strategy.reserve reserves 11 tokens in all, "
+        "more than allocation 10\n"
+    )
+    for bad in (
+        ("--allocation", "10", "--strategy", "time_based", "--duration", "1h", "--reserve", "g=1"),
+        (*wif, "--reserve", "gold"),
+        (*wif, "--reserve", "a=1", "--reserve", "a=2"),
+    ):
+        proc = cli.run("set", "llm", *bad)
+        assert (proc.returncode, proc.stdout) == (2, ""), (bad, proc.stderr)
+
+
 def test_the_table_shows_the_columns(cli):
     cli.ok("create", "flights", "--allocation", "10", "--strategy", "while_in_flight")
     cli.ok(

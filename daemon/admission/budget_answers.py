@@ -14,6 +14,7 @@ from typing import Any
 
 from actors import lifecycle as lc
 from actors.budgets import Budget, Budgets
+from actors.lending import RESERVED
 from daemon.store.interface import JobRow
 
 QueueKey = tuple[str, str]
@@ -93,6 +94,12 @@ class BudgetAnswers:
         """``row``'s budgets and its cost on each, in binding order."""
         return self._resolve(row.namespace, row.budgets)
 
+    def eligible_hint(self, budget: Budget) -> int | None:
+        """The earliest lease expiry of a job holding ``budget``'s tokens (a hint)."""
+        running = self._running
+        return min((running[i].lease_expires_at for i in budget.holders if i in running),
+                   default=None)  # type: ignore[type-var]  # fmt: skip
+
     def admission(self, row: JobRow, now_ms: int) -> dict[str, Any] | None:
         """The derived ``admission`` of a pending job bound to budgets (None otherwise)."""
         if row.state != lc.PENDING or row.budgets is None:
@@ -106,10 +113,23 @@ class BudgetAnswers:
                 and (budget.paused(now_ms) or not budget.pool.can_debit(cost, now_ms))
             ):
                 at, exact = self.eligible(budget, cost, now_ms)
+                if reserved_for_others(budget, row, cost, now_ms):
+                    hint = self.eligible_hint(budget)
+                    return {"state": "deferred", "reason": RESERVED, "exact": False,
+                            "next_eligible_at": hint, "budget": budget.key}  # fmt: skip
                 return {"state": "deferred", "reason": "budget_exhausted",
                         "next_eligible_at": at, "exact": exact, "budget": budget.key,
                         **_paused(budget, now_ms)}  # fmt: skip
         return {"state": "admitted", "reason": None, "next_eligible_at": None, "exact": True}
+
+
+def reserved_for_others(budget: Budget, row: JobRow, cost: int, now_ms: int) -> bool:
+    """Whether ``row`` waits on ``budget`` only for tokens reserved for other groups
+    (the budget has them, unpaused, but another group is owed them)."""
+    return (
+        bool(budget.reservations) and not budget.paused(now_ms)
+        and budget.pool.can_debit(cost, now_ms) and budget.held_for_others(row.grp or "", cost)
+    )  # fmt: skip
 
 
 def _paused(budget: Budget, now_ms: int) -> dict[str, Any]:

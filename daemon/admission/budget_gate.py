@@ -36,6 +36,7 @@ from actors.errors import Refused
 from actors.shadow import ALLOWED, BLOCKED, BUDGET, WOULD_BLOCK
 from daemon import failpoints
 from daemon.admission.budget_answers import BudgetAnswers
+from daemon.admission.budget_groups import BudgetGroups
 from daemon.admission.budget_release import BudgetRelease
 from daemon.admission.door import log_decision
 from daemon.admission.doorbell import Doorbell
@@ -56,7 +57,7 @@ RESOLVED_KEPT = 4096
 UNFINISHED = (lc.SCHEDULED, lc.PENDING, lc.RUNNING)
 
 
-class BudgetGate(BudgetAnswers, BudgetRelease):
+class BudgetGate(BudgetAnswers, BudgetRelease, BudgetGroups):
     """The budgets' side of enqueue, claim and finishing, for one daemon."""
 
     def __init__(
@@ -135,24 +136,31 @@ class BudgetGate(BudgetAnswers, BudgetRelease):
                 budget.bind(cost)
                 if state == lc.RUNNING:
                     budget.recover_running(job_id, cost)
+        self.recount_groups(self._store, [b for b in self.budgets.values() if b.reservations])
 
     # -- enqueue ----------------------------------------------------------------
 
     def bind_new(self, tx: Tx, queue: QueueKey, resolved: list[tuple[Budget, int]],
-                 pending: bool) -> str | None:  # fmt: skip
-        """A new job binds to ``resolved``: count it; return the budget to park it on.
+                 pending: bool, group: str = "") -> str | None:  # fmt: skip
+        """A new job of ``group`` binds to ``resolved``: count it; return the budget
+        to park it on (its id is the job's: ``noted`` later by :meth:`noted_new`).
 
         A pending job is parked at once when a budget already has parked jobs
-        (it queues behind them) or cannot afford it beside what it promised.
+        (it queues behind them, unless its group is owed reserved tokens), cannot
+        afford it beside what it promised, or keeps its tokens for other groups.
         """
         for budget, cost in resolved:
             _change_bound(tx, budget, cost, 1)
         if not pending:
             return None
         now = tx.now_ms
+        for budget, _cost in resolved:
+            tx.undo(budget.counted(group, 1, 0))
         for budget, cost in resolved:
-            if budget.spec.enforce and (budget.parked > 0 or budget.paused(now)
-                    or not budget.pool.can_debit(cost + budget.reserved_cost, now)):  # fmt: skip
+            behind = budget.parked > 0 and not budget.owed(group)
+            if budget.spec.enforce and (behind or budget.paused(now)
+                    or not budget.pool.can_debit(cost + budget.reserved_cost, now)
+                    or budget.held_for_others(group, cost, budget.reserved_cost)):  # fmt: skip
                 self._count_parked(tx, budget, queue, cost, 1, newest=True)
                 return budget.key
         return None
@@ -213,9 +221,11 @@ class BudgetGate(BudgetAnswers, BudgetRelease):
         """
         now = tx.now_ms
         resolved = self._resolve(row.namespace, row.budgets)
+        group = row.grp or ""
         shadowed: list[Budget] = []
         for budget, cost in resolved:
-            if not budget.pool.can_debit(cost, now) or budget.paused(now):
+            if (not budget.pool.can_debit(cost, now) or budget.paused(now)
+                    or (budget.reservations and budget.held_for_others(group, cost))):  # fmt: skip
                 if budget.spec.enforce:
                     return budget
                 shadowed.append(budget)
@@ -225,6 +235,9 @@ class BudgetGate(BudgetAnswers, BudgetRelease):
                 tx.undo(budget.hold(job_id, cost))
             else:
                 tx.undo(budget.debit(job_id, cost, now))
+            if budget.reservations:
+                tx.undo(budget.counted(group, -1, cost))
+                tx.after(lambda b=budget: self._wake(b))  # a group's work may have ended
             self._changed(budget, now)
         tx.after(lambda: self._debited(row.namespace, resolved, shadowed))
         return None
@@ -247,13 +260,16 @@ class BudgetGate(BudgetAnswers, BudgetRelease):
         job_id = row.id
         tx.store.jobs.park([(budget.key, job_id)])
         queue = (row.namespace, row.queue)
-        self._count_parked(tx, budget, queue, cost_for(row.budgets, budget.key), 1)
+        cost = cost_for(row.budgets, budget.key)
+        self._count_parked(tx, budget, queue, cost, 1)
         # A released job that comes back no longer holds its promise.
         for other, _cost in self._resolve(row.namespace, row.budgets):
             undo = other.unreserve(job_id)
             if undo is not None:
                 tx.undo(undo)
                 tx.after(lambda o=other: self._wake(o))
+        if budget.reservations:
+            tx.undo(budget.parked_reserved(row.grp or "", job_id, row.queue, cost))
 
     def _count_parked(self, tx: Tx, budget: Budget, queue: QueueKey, cost: int, n: int,
                       *, newest: bool = False) -> None:  # fmt: skip
@@ -300,6 +316,7 @@ class BudgetGate(BudgetAnswers, BudgetRelease):
         resolved = self._resolve(after.namespace, after.budgets)
         target = after.state
         job_id = after.id
+        self._regrouped(tx, source, after, resolved)
         if source == lc.RUNNING and target != lc.RUNNING:
             for budget, cost in resolved:
                 tx.undo(budget.credit(job_id, cost))

@@ -90,33 +90,67 @@ class BudgetRelease:
         affordable = budget.pool.available(tx.now_ms) - budget.reserved_cost
         enforce = budget.spec.enforce  # a shadowed budget lets every parked job go
         limit = max(1, min(RELEASE_BATCH, int(affordable) + 1)) if enforce else RELEASE_BATCH
+        owed_first = self._owed_first(tx, budget) if budget.parked_of else []
         rows = tx.store.jobs.parked_oldest(budget.namespace, budget.key, limit)
-        if not rows:  # the count disagrees with the store: trust the store, never spin
+        if not rows and not owed_first:  # the count disagrees with the store: trust the store
             log.error("budget %r/%r counted %d parked jobs, the store has none",
                       budget.namespace, budget.key, budget.parked)  # fmt: skip
             budget.park(None, -budget.parked)
             budget.head_is(None)
             self.waiting.discard((budget.namespace, budget.key))
             return
-        promised = budget.reserved_cost
-        released: list[tuple[str, str, int]] = []
+        promised = budget.reserved_cost + sum(c for _i, _q, c in owed_first)
+        taken = budget.promised_per_group() if budget.reservations else {}
+        for _job_id, _q, cost in owed_first:
+            group = budget.group_of[_job_id]
+            taken[group] = taken.get(group, 0) + cost
+        released: list[tuple[str, str, int]] = list(owed_first)
         head: int | None = None
+        first = {job_id for job_id, _q, _c in owed_first}
         for job_id, queue, text in rows:
+            if job_id in first:
+                continue
             cost = cost_for(text, budget.key)
             if enforce and not budget.pool.can_debit(promised + cost, tx.now_ms):
                 head = cost
                 break
+            group = budget.group_of.get(job_id, "\0")  # "\0": a group reserving nothing
+            if enforce and budget.reservations and budget.held_for_others(group, cost, promised,
+                                                                          taken):  # fmt: skip
+                head, budget.held_head = cost, True
+                break
             promised += cost
+            taken[group] = taken.get(group, 0) + cost
             released.append((job_id, queue, cost))
         if not released:
             budget.head_is(head)
             return
         tx.store.jobs.unpark([job_id for job_id, _q, _c in released])
         per_queue: dict[str, int] = {}
-        for _job_id, queue, cost in released:
+        for job_id, queue, cost in released:
             self._count_parked(tx, budget, (budget.namespace, queue), cost, -1)
             per_queue[queue] = per_queue.get(queue, 0) + 1
+            if budget.group_of:
+                tx.undo(budget.left_parked(job_id, promised=True))
         tx.undo(budget.reserve([(job_id, cost) for job_id, _q, cost in released]))
         budget.head_is(head)
         namespace, ring = budget.namespace, self._doorbell.ring
         tx.after(lambda: [ring((namespace, q), n) for q, n in per_queue.items()])
+
+    def _owed_first(self, tx: Tx, budget: Budget) -> list[tuple[str, str, int]]:
+        """The parked jobs of groups owed reserved tokens, oldest parked first, as
+        many as the tokens pay for and the groups are owed: released before the
+        others (no scan: the budget notes its reserving groups' parked jobs)."""
+        out: list[tuple[str, str, int]] = []
+        promised = budget.reserved_cost
+        taken = budget.promised_per_group()
+        for group, jobs in budget.parked_of.items():
+            for job_id, (queue, cost) in jobs.items():
+                if budget.owed(group, taken.get(group, 0)) <= 0:
+                    break
+                if not budget.pool.can_debit(promised + cost, tx.now_ms):
+                    return out
+                promised += cost
+                taken[group] = taken.get(group, 0) + cost
+                out.append((job_id, queue, cost))
+        return out

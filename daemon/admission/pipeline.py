@@ -95,10 +95,10 @@ class Admission:
         return self.quotas.admit(tx, namespace, n, queue)
 
     def bind(self, tx: Tx, queue: QueueKey, resolved: list[tuple[Budget, int]],
-             pending: bool) -> str | None:  # fmt: skip
-        """The budgets' step of a new job: its bindings counted; the budget it
-        parks on, if it cannot run yet."""
-        return self.budget_gate.bind_new(tx, queue, resolved, pending)
+             pending: bool, group: str = "") -> str | None:  # fmt: skip
+        """The budgets' step of a new job of ``group``: its bindings counted; the
+        budget it parks on, if it cannot run yet."""
+        return self.budget_gate.bind_new(tx, queue, resolved, pending, group)
 
     # -- claim: quota, policy, budget, then the store --------------------------------
 

@@ -89,6 +89,8 @@ class Views:
                 live[key[0]] = live.get(key[0], 0) + 1
             if state == lc.PENDING and row.parked_on is None:
                 ready[key] = ready.get(key, 0) + 1
+            elif row.parked_on is not None:
+                self.budget_gate.noted_new(tx, row)
             elif state == lc.SCHEDULED and (earliest is None or row.ready_at < earliest):
                 earliest = row.ready_at
         self.meter.note(tx, live)
@@ -136,6 +138,7 @@ class Views:
         for row in rows:
             key = (row.namespace, row.queue)
             per_queue[key] = per_queue.get(key, 0) + 1
+        self.budget_gate.promoted(tx, rows)
         if self.policies.groups.rings:
             self.policies.groups.moved(tx, lc.SCHEDULED, rows)
 

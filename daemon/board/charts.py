@@ -9,6 +9,7 @@ shows, so it is not only for those who can see it.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from markupsafe import Markup, escape
 
@@ -154,3 +155,49 @@ def level_chart(
     else:
         desc = "no samples yet"
     return _frame(ident, "Available tokens over time", desc, body)
+
+
+GROUP_W, GROUP_H = 240, 18
+LENT = "#a15c00"
+
+
+def group_bar(ident: str, row: dict[str, Any], scale: int) -> Markup:
+    """One group's slots as a bar of ``scale`` (the queue's ``max_in_flight``):
+    in flight (solid), its reservation not in use (outlined) and, of that, the
+    part other groups hold now (hatched, marked "lent")."""
+    in_flight, reserved, lent = row["in_flight"], row["reserved"], row["lent"]
+    idle = max(0, reserved - in_flight)
+    unit = GROUP_W / max(scale, in_flight + idle, 1)
+    x_lent = in_flight * unit
+    x_idle = x_lent + lent * unit
+    body = [
+        f'<defs><pattern id="{ident}-h" width="6" height="6" patternUnits="userSpaceOnUse" '
+        f'patternTransform="rotate(45)"><rect width="3" height="6" fill="{LENT}"/>'
+        "</pattern></defs>",
+        f'<rect x="0" y="1" width="{GROUP_W}" height="{GROUP_H - 2}" fill="#ffffff" '
+        f'stroke="{GRID}" stroke-width="1"/>',
+    ]
+    if in_flight:
+        body.append(f'<rect x="0" y="1" width="{x_lent:.1f}" height="{GROUP_H - 2}" fill="{BAR}"/>')
+    if lent:
+        body.append(
+            f'<rect class="lent" x="{x_lent:.1f}" y="1" width="{lent * unit:.1f}" '
+            f'height="{GROUP_H - 2}" fill="url(#{ident}-h)" stroke="{LENT}" stroke-width="1"/>'
+        )
+        if lent * unit >= 30:  # the word on a white patch, where it fits
+            body.append(f'<rect x="{x_lent + 2:.1f}" y="3" width="26" height="12" fill="#ffffff"/>')
+            body.append(_text(x_lent + 4, GROUP_H - 5, "lent", fill=INK))
+    if idle > lent:
+        body.append(
+            f'<rect x="{x_idle:.1f}" y="2" width="{(idle - lent) * unit:.1f}" '
+            f'height="{GROUP_H - 4}" fill="none" stroke="{BAR}" stroke-width="1.5" '
+            f'stroke-dasharray="3 2"/>'
+        )
+    desc = f"{in_flight} in flight of {scale}"
+    if reserved:
+        desc += f"; {reserved} reserved, {idle} of them idle, {lent} lent to other groups"
+    return Markup(
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {GROUP_W} {GROUP_H}" '
+        f'width="{GROUP_W}" height="{GROUP_H}" role="img" aria-labelledby="{ident}-d" '
+        f'class="group-bar"><title id="{ident}-d">{escape(desc)}</title>{"".join(body)}</svg>'
+    )

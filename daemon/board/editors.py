@@ -45,7 +45,7 @@ class BoardEditors(BoardPlumbing):
                 if form.get("action", "save") == "clear":
                     await self._write(request, session, "policy_clear", ns, queue=queue)
                     return RedirectResponse(f"{back}?notice=cleared#edit-policy", 303)
-                args = forms.policy_args(form)
+                args = {**forms.policy_args(form), **forms.kept_group_fields(policy)}
                 await self._write(request, session, "policy_set", ns, queue=queue, **args)
                 return RedirectResponse(f"{back}?notice=saved#edit-policy", 303)
 

@@ -12,6 +12,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from actors.errors import Refused, invalid
+from actors.group_policy import GROUP_FIELDS
 from actors.window_spec import parse_spec, to_spec
 
 #: A form post is small; anything larger is not from the board.
@@ -88,6 +89,12 @@ def policy_form(policy: dict[str, Any] | None) -> dict[str, str]:
     }
 
 
+def kept_group_fields(policy: dict[str, Any] | None) -> dict[str, Any]:
+    """The current policy's group fields (docs/fairness.md), which the editor does
+    not show: a save keeps them rather than clearing them."""
+    return {f: policy[f] for f in GROUP_FIELDS if policy and policy.get(f) is not None}
+
+
 def budget_args(form: dict[str, str]) -> dict[str, Any]:
     """``budget_put``'s fields from the budget editor's form."""
     allocation = _int(form, "allocation")
@@ -103,8 +110,24 @@ def budget_args(form: dict[str, str]) -> dict[str, Any]:
         burst = _int(form, "burst")
         if burst is not None:
             strategy["burst"] = burst
+    reserve = _group_tokens(form.get("reserve", ""))
+    if reserve:
+        strategy["reserve"] = reserve  # the verb refuses it on a time_based budget
     return {"allocation": allocation, "strategy": strategy,
             "enforce": form.get("shadow") != "1"}  # fmt: skip
+
+
+def _group_tokens(text: str) -> dict[str, int]:
+    """``gold=4, silver=2`` (commas or new lines) to ``{group: tokens}``."""
+    out: dict[str, int] = {}
+    for part in text.replace("\n", ",").split(","):
+        if not part.strip():
+            continue
+        group, sep, number = part.strip().rpartition("=")
+        if not sep or not number.strip().isdigit():
+            raise invalid("reserve", f"write each reservation as GROUP=N, not {part.strip()!r}")
+        out[group.strip()] = int(number)
+    return out
 
 
 def budget_form(budget: dict[str, Any]) -> dict[str, str]:
@@ -117,6 +140,7 @@ def budget_form(budget: dict[str, Any]) -> dict[str, str]:
         "duration_s": "" if duration is None else str(duration // 1000),
         "burst": "" if strategy.get("burst") is None else str(strategy["burst"]),
         "shadow": "1" if budget.get("enforce") is False else "",
+        "reserve": ", ".join(f"{g}={n}" for g, n in (strategy.get("reserve") or {}).items()),
     }
 
 
@@ -142,4 +166,6 @@ def field_of(refused: Refused) -> str | None:
     field = field.removeprefix("change.")  # a preview's refusal (what_if)
     if field.startswith("windows"):  # windows[2].tz: the one text area
         return "windows"
+    if field.startswith("strategy.reserve"):  # strategy.reserve.gold: the one field
+        return "reserve"
     return FORM_FIELDS.get(field, field)

@@ -114,6 +114,8 @@ def header(
         next_eligible_at=state.get("next_eligible_at"),
         source=policy.get("source"),
         error=policy.get("error"),
+        groups=admission.get("groups") or [],
+        groups_truncated=admission.get("groups_truncated", False),
     )
     return h
 
@@ -162,8 +164,19 @@ def queue_page(core: Services, session: Session, ns: str, queue: str) -> dict[st
         "dead": None if dead is None else dead["jobs"],
         "audit": maybe_audit(core, session, ns, "queue", queue),
         "chart": claims_chart(core, ns, h, now),
+        "groups": group_bars(h),
         "can_replay": session.has("manage") or session.has("produce"),
     }
+
+
+def group_bars(h: dict[str, Any]) -> list[dict[str, Any]]:
+    """A policy queue's groups (``admission_status``'s, at most 1,000), each with
+    its bar: in flight, reserved and lent against the queue's ``max_in_flight``."""
+    rows = h.get("groups") or []
+    scale = h.get("max_in_flight")
+    if scale is None:
+        scale = max((g["in_flight"] + g["reserved"] for g in rows), default=1)
+    return [{**g, "bar": charts.group_bar(f"grp-{i}", g, scale)} for i, g in enumerate(rows)]
 
 
 def claims_chart(core: Services, ns: str, h: dict[str, Any], now: int) -> Any:

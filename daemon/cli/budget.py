@@ -16,6 +16,10 @@ pool is at its cap (``burst``, else the allocation); ``-`` for
 ``while_in_flight``. PAUSED is the local time a pause ends, and its reason
 (``-`` when not paused).
 
+``create``/``set`` take ``--reserve GROUP=N`` (repeatable, ``while_in_flight``
+only): N tokens of the allocation reserved for a group's jobs, lent to any
+group while it has none pending (docs/fairness.md).
+
 ``pause KEY --retry-after SECONDS | --until WHEN [--reason TEXT]``: no job
 bound to the budget is claimed before then (``WHEN`` is an ISO 8601 instant
 with its offset, such as ``2026-12-02T14:00:00+01:00``, or ms since the
@@ -35,6 +39,7 @@ from daemon.cli import dry_run
 from daemon.cli.context import Context, UsageError
 from daemon.cli.jobs import int_range
 from daemon.cli.output import emit_json, local_time, table
+from daemon.cli.queue_groups import group_pairs
 from daemon.cli.shadow import SHADOW_NOTE, add_enforce_options, enforce_of
 from daemon.durations import format_duration_ms, parse_duration_ms
 
@@ -116,6 +121,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         p.add_argument("--strategy", choices=STRATEGIES, required=True)
         p.add_argument("--duration", type=duration, metavar="D", help="time_based: e.g. 1h")
         p.add_argument("--burst", type=int_range(1, MAX_TOKENS), metavar="N", help="time_based")
+        p.add_argument("--reserve", action="append", metavar="GROUP=N",
+                       help="while_in_flight: tokens reserved for a group's jobs, lent while "
+                       "it has none (repeatable)")  # fmt: skip
         add_enforce_options(p)
         if name == "set":
             dry_run.add_option(p)
@@ -150,7 +158,12 @@ def strategy_of(args: argparse.Namespace) -> dict[str, Any]:
     if args.strategy == "while_in_flight":
         if args.duration is not None or args.burst is not None:
             raise UsageError("--duration and --burst apply to --strategy time_based only")
+        if args.reserve:
+            command = f"budget {args.budget_command}"
+            strategy["reserve"] = group_pairs("--reserve", args.reserve, 0, MAX_TOKENS, command)
         return strategy
+    if args.reserve:
+        raise UsageError("--reserve applies to --strategy while_in_flight only")
     if args.duration is None:
         raise UsageError("--strategy time_based needs --duration (e.g. 1h)")
     strategy["duration_ms"] = args.duration
@@ -271,7 +284,9 @@ def describe_strategy(budget: dict[str, Any]) -> str:
     """``while_in_flight``, or ``time_based 10000/1h`` with `` burst N`` when set."""
     strategy = budget["strategy"]
     if strategy["type"] != "time_based":
-        return strategy["type"]
+        reserve = strategy.get("reserve") or {}
+        named = ", ".join(f"{g or '(default)'}={n}" for g, n in reserve.items())
+        return strategy["type"] + (f" reserve {named}" if named else "")
     text = f"time_based {budget['allocation']}/{format_duration_ms(strategy['duration_ms'])}"
     if strategy.get("burst") is not None:
         text += f" burst {strategy['burst']}"

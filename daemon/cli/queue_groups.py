@@ -57,21 +57,23 @@ def group_fields(args: argparse.Namespace) -> dict[str, Any]:
     for option, (field, lo, hi) in MAPS.items():
         pairs = getattr(args, option[2:].replace("-", "_"))
         if pairs:
-            fields[field] = _pairs(option, pairs, lo, hi)
+            fields[field] = group_pairs(option, pairs, lo, hi)
     return fields
 
 
-def _pairs(option: str, pairs: list[str], lo: int, hi: int) -> dict[str, int]:
+def group_pairs(option: str, pairs: list[str], lo: int, hi: int,
+           command: str = "queue budget set") -> dict[str, int]:  # fmt: skip
+    """``GROUP=N`` options as a map; exit 2 naming ``command`` and ``option``."""
     out: dict[str, int] = {}
     for pair in pairs:
         group, sep, number = pair.rpartition("=")
         if not sep or not (group == "" or valid_group(group)):
-            raise UsageError(f"queue budget set: {option} takes GROUP=N, got {pair!r}")
+            raise UsageError(f"{command}: {option} takes GROUP=N, got {pair!r}")
         if not number.isdigit() or not lo <= int(number) <= hi:
-            raise UsageError(f"queue budget set: {option} {group}=N: N must be {lo}-{hi}, "
+            raise UsageError(f"{command}: {option} {group}=N: N must be {lo}-{hi}, "
                              f"got {number!r}")  # fmt: skip
         if group in out:
-            raise UsageError(f"queue budget set: {option} names group {group!r} twice")
+            raise UsageError(f"{command}: {option} names group {group!r} twice")
         out[group] = int(number)
     return out
 

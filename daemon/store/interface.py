@@ -203,6 +203,10 @@ class JobStore(Protocol):
     def unfinished_bindings(self) -> list[tuple[str, str, str, str]]:
         """(id, namespace, state, budgets JSON) of every unfinished bound job."""
 
+    def unfinished_bound_groups(self) -> list[tuple[str, str, str, str, str, str, str]]:
+        """(id, namespace, queue, state, group, parked_on, budgets JSON) of every
+        unfinished bound job (``""``: the default group), by id."""
+
     def extend_lease(self, before: JobRow, expires: int, now: int) -> JobRow:
         """Heartbeat: push a running job's lease expiry (guarded: :class:`StaleRow`)."""
 

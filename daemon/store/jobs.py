@@ -440,6 +440,18 @@ def unfinished_bindings(conn: sqlite3.Connection) -> list[tuple[str, str, str, s
     ).fetchall()
 
 
+def unfinished_bound_groups(
+    conn: sqlite3.Connection,
+) -> list[tuple[str, str, str, str, str, str, str]]:
+    """(id, namespace, queue, state, group, parked_on, budgets JSON) of every
+    unfinished bound job: a scan like :func:`unfinished_bindings`, run when a
+    budget's reservations are set and at start while some budget has one."""
+    return conn.execute(
+        "SELECT id, namespace, queue, state, COALESCE(grp, ''), parked_on, budgets FROM jobs "
+        "WHERE budgets IS NOT NULL AND state IN ('scheduled', 'pending', 'running') ORDER BY id"
+    ).fetchall()
+
+
 def mark_running(
     conn: sqlite3.Connection, rows: list[Row], lease: str, lease_ms: int | None, now: int
 ) -> list[Row]:

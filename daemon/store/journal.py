@@ -30,7 +30,8 @@ _THROUGH = (
     "get", "find_live_unique", "ready", "ready_groups", "ready_except", "group_counts",
     "adopt_default_group", "ready_group_names", "park",
     "unpark", "parked_oldest", "parked_counts",
-    "unfinished_bindings", "lapsed", "earliest_scheduled", "earliest_lease_expiry",
+    "unfinished_bindings", "unfinished_bound_groups", "lapsed", "earliest_scheduled",
+    "earliest_lease_expiry",
     "list_jobs", "dead_ids", "state_counts", "ahead",
 )  # fmt: skip
 

@@ -48,6 +48,8 @@ def strategy_refused(exc: SpecError, base: str = "strategy") -> Refused:
     if exc.problem == spec_parser.UNKNOWN_FIELD:
         parent, _dot, name_ = field.rpartition(".")
         return invalid(field, f"{parent}: unknown field {name_!r}")
+    if exc.problem == spec_parser.BAD_RESERVE:
+        return invalid(field, exc.detail)
     return invalid(field, _WORDS[exc.problem].format(f=field))
 
 
@@ -57,6 +59,14 @@ def parse_strategy(value: Any, field: str = "strategy") -> Strategy:
         return spec_parser.parse_strategy(value)
     except SpecError as exc:
         raise strategy_refused(exc, field) from None
+
+
+def checked_spec(allocation: int, strategy: Strategy, enforce: bool = True) -> BudgetSpec:
+    """The settings, unless the reservations add up to more than the allocation."""
+    try:
+        return spec_parser.check_reserve(BudgetSpec(allocation, strategy, enforce))
+    except SpecError as exc:
+        raise strategy_refused(exc) from None
 
 
 def _save(tx: Tx, budget: Budget) -> None:
@@ -84,7 +94,7 @@ class BudgetSetArgs:
     enforce: Any = None
 
     def spec(self) -> BudgetSpec:
-        return BudgetSpec(
+        return checked_spec(
             self.allocation, parse_strategy(self.strategy), parse_enforce(self.enforce)
         )
 
@@ -160,7 +170,9 @@ def _update(
 ) -> Budget:
     payable(budget, spec, core.budget_gate.bound(tx, budget))
     before = budget.to_wire(tx.now_ms)
+    reserve = budget.reservations
     tx.undo(budget.update(spec, tx.now_ms, source))  # never creates tokens
+    core.budget_gate.reserve_changed(tx, budget, reserve)
     if not spec.enforce and budget.parked > 0:
         core.budget_gate.release_now(tx, budget)  # shadowed: holds nothing back from now
     tx.after(lambda: core.budget_gate.settings_changed(budget))
@@ -260,7 +272,7 @@ def patched_spec(budget: Budget, a: BudgetPatchArgs) -> BudgetSpec:
         strategy = {k: v for k, v in strategy.items() if v is not None}
     allocation = budget.spec.allocation if a.allocation is ABSENT else a.allocation
     flag = budget.spec.enforce if a.enforce is ABSENT else parse_enforce(a.enforce)
-    return BudgetSpec(allocation, parse_strategy(strategy), flag)
+    return checked_spec(allocation, parse_strategy(strategy), flag)
 
 
 @verb("budget_patch", ("manage",), BudgetPatchArgs, manage=True)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from actors import lending
 from actors import lifecycle as lc
 from actors.budget import BudgetSpec, Strategy, TokenPool
 from actors.errors import Refused, not_found
@@ -186,16 +187,21 @@ MAX_GROUPS_SHOWN = 1000
 
 def group_rows(state: PolicyState) -> dict[str, Any]:
     """``admission_status``'s ``groups`` of a queue (by name, at most
-    :data:`MAX_GROUPS_SHOWN`) and ``groups_truncated``."""
+    :data:`MAX_GROUPS_SHOWN`) and ``groups_truncated``: every group with jobs
+    pending or in flight, and every group with a reservation (an idle one's is
+    lent), each with ``lent``, the reserved slots other groups hold now."""
     ring = state.ring
     if ring is None:
         return {"groups": [], "groups_truncated": False}
-    names = ring.groups()
     policy = ring.policy
+    reserved = {g: n for g, n in policy.min_in_flight.items() if n > 0}
+    names = sorted(set(ring.groups()) | reserved.keys())
+    capacity = state.policy.max_in_flight if state.policy is not None else None
+    lent = lending.lent(capacity, reserved, ring.in_flight) if capacity is not None else {}
     rows = [
         {"group": g or None, "pending": ring.pending.get(g, 0),
-         "in_flight": ring.in_flight.get(g, 0), "reserved": policy.min_in_flight.get(g, 0),
-         "weight": policy.weight(g)}
+         "in_flight": ring.in_flight.get(g, 0), "reserved": reserved.get(g, 0),
+         "lent": lent.get(g, 0), "weight": policy.weight(g)}
         for g in names[:MAX_GROUPS_SHOWN]
     ]  # fmt: skip
     return {"groups": rows, "groups_truncated": len(names) > MAX_GROUPS_SHOWN}

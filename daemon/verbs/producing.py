@@ -207,7 +207,8 @@ def _enqueue_one(
     if a.budgets:
         resolved = resolve_bindings(core, tx, call.actor, namespace, a.budgets)
         bound = stored(tuple((b.key, cost) for b, cost in resolved))
-        parked_on = core.admission.bind(tx, (namespace, a.queue), resolved, state == lc.PENDING)
+        parked_on = core.admission.bind(tx, (namespace, a.queue), resolved, state == lc.PENDING,
+                                        a.group or "")  # fmt: skip
     # JobRow's fields in order (as_row: a keyword call costs an enqueue 3 µs more).
     row = as_row((
         core.ids.mint(now), namespace, a.queue, a.type, payload, a.priority, state, 0,

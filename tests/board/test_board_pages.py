@@ -90,6 +90,36 @@ async def test_queue_page_header_chips_and_no_inline_code(tmp_path):
                 assert part in r.headers["set-cookie"]
 
 
+async def test_the_queue_page_shows_groups_with_reserved_and_lent_slots(tmp_path):
+    """Issue 18: gold's 4 reserved slots of 10 are idle and held by group a, so
+    they show as lent (table and bar); the others' rows lend nothing."""
+    with trio.fail_after(30):
+        async with board(tmp_path) as (core, client):
+            policy = {
+                "fairness": "round_robin",
+                "weights": {"gold": 3},
+                "min_in_flight": {"gold": 4},
+            }
+            await call(core, "policy_set", queue="reports", max_in_flight=10, **policy)
+            await call(core, "enqueue_many", jobs=[{"queue": "reports", "type": "r",
+                                                    "group": "a"}] * 12)  # fmt: skip
+            await call(core, "claim_next", queues=["reports"], max=10)
+            await call(core, "enqueue", queue="reports", type="r", group="gold")
+            html = (await client.get("/board/ns/default/q/reports")).text
+            rows = re.findall(r"<tr(?: class=\"lending\")?><th scope=\"row\">(.*?)</tr>", html)
+            cells = {r.split("<")[0]: re.findall(r"<td>([^<]*)</td>", r) for r in rows}
+            # weight, pending, in flight, reserved, lent
+            assert cells == {
+                "a": ["1", "2", "10", "0", "0"],
+                "gold": ["3", "1", "0", "4", "4 lent"],
+            }
+            assert html.count('class="lent"') == 1 and "4 reserved, 4 of them idle, 4 lent" in html
+            status = (await call(core, "admission_status", queue="reports"))["queues"][0]
+            assert [(g["group"], g["lent"]) for g in status["groups"]] == [("a", 0), ("gold", 4)]
+            jobs = (await call(core, "claim_next", queues=["reports"], max=10))["jobs"]
+            assert jobs == []  # nothing free: gold waits, nothing revoked
+
+
 async def test_every_page_renders(tmp_path):
     with trio.fail_after(30):
         async with board(tmp_path) as (core, client):
@@ -166,6 +196,47 @@ async def test_policy_editor_saves_over_a_form_post_and_audits(tmp_path):
             queue = (await client.get(r.headers["location"])).text
             assert "Policy saved." in queue
             assert "max_claims_per_window: 3 → 50" in queue
+
+
+async def test_policy_editor_keeps_the_group_fields_it_does_not_show(tmp_path):
+    with trio.fail_after(30):
+        async with board(tmp_path) as (core, client):
+            await call(core, "policy_set", queue="reports", max_in_flight=10,
+                       fairness="round_robin", min_in_flight={"gold": 4})  # fmt: skip
+            page = (await client.get("/board/ns/default/q/reports/policy")).text
+            form = {"csrf": csrf_of(page), "max_in_flight": "12", "action": "save"}
+            r = await client.post("/board/ns/default/q/reports/policy", data=form)
+            assert r.status_code == 303
+            policy = (await call(core, "policy_get", queue="reports"))["policy"]
+            assert policy["max_in_flight"] == 12
+            assert (policy["fairness"], policy["min_in_flight"]) == ("round_robin", {"gold": 4})
+
+
+async def test_budget_editor_keeps_and_sets_a_reserve(tmp_path):
+    """Issue 18: the editor shows a budget's reserve and saves it; over the
+    allocation, the verb's refusal shows beside the field, nothing written."""
+    with trio.fail_after(30):
+        async with board(tmp_path) as (core, client):
+            spec = {"type": "while_in_flight", "reserve": {"gold": 4}}
+            await call(core, "budget_create", key="llm", allocation=10, strategy=spec)
+            page = (await client.get("/board/ns/default/budgets/llm")).text
+            assert 'name="reserve" value="gold=4"' in page
+            form = {"csrf": csrf_of(page), "allocation": "10", "type": "while_in_flight",
+                    "reserve": "gold=4, silver=2"}  # fmt: skip
+            r = await client.post("/board/ns/default/budgets/llm", data=form)
+            assert r.status_code == 303
+            got = (await call(core, "budget_get", key="llm"))["budget"]["strategy"]
+            assert got["reserve"] == {"gold": 4, "silver": 2}
+            r = await client.post(
+                "/board/ns/default/budgets/llm", data={**form, "reserve": "gold=9, silver=2"}
+            )
+            assert "reserves 11 tokens in all, more than allocation 10" in r.text
+            assert (
+                'id="reserve" name="reserve" value="gold=9, silver=2" autofocus aria-invalid="true"'
+                in r.text
+            )
+            got = (await call(core, "budget_get", key="llm"))["budget"]["strategy"]
+            assert got["reserve"] == {"gold": 4, "silver": 2}
 
 
 async def test_policy_editor_shows_a_verb_refusal_beside_the_field(tmp_path):

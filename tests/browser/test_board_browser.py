@@ -60,6 +60,12 @@ def board(module_daemon: DaemonProcess) -> Iterator[DaemonProcess]:
             allocation=60,
             strategy={"type": "time_based", "duration_ms": 60_000},
         )
+        # reports: gold's 4 reserved slots of 10 idle and held by group a (lent).
+        c.ok("policy_set", queue="reports", max_in_flight=10, fairness="round_robin",
+             min_in_flight={"gold": 4})  # fmt: skip
+        c.ok("enqueue_many", jobs=[{"queue": "reports", "type": "r", "group": "a"}] * 10)
+        assert len(c.ok("claim_next", queues=["reports"], max=10, lease_ms=600_000)["jobs"]) == 10
+        c.ok("enqueue", queue="reports", type="r", group="gold")
         c.ok("quota_set", quota={"max_pending": 1000, "max_running": 200, "enqueue_rate": "50/s"})
         c.ok("enqueue", queue="mail", type="send")
         job = c.ok("claim_next", queues=["mail"])["jobs"][0]["job"]
@@ -94,6 +100,22 @@ def test_exhausted_queue_reads_100_of_100_with_reset_time_and_chips(page, shots:
     for text in chips.all_inner_texts():
         assert text.startswith("deferred · window used up · eligible ")
     page.screenshot(path=shots / "queue.png", full_page=True)
+
+
+def test_a_queue_with_groups_shows_reserved_and_lent_slots(page, shots: Path):
+    """Issue 18: the groups table and bars; gold's idle reservation drawn as lent."""
+    page.goto(NS + "/q/reports")
+    rows = page.locator("#groups tbody tr")
+    assert rows.count() == 2
+    gold = page.locator("#groups tbody tr.lending")
+    assert gold.locator("th").inner_text() == "gold"
+    assert [c for c in gold.locator("td").all_inner_texts()[:5]] == ["1", "1", "0", "4", "4 lent"]
+    lent = gold.locator("svg rect.lent")
+    assert lent.count() == 1 and lent.bounding_box()["width"] > 0  # drawn, not just in the DOM
+    assert "4 lent to other groups" in gold.locator("svg title").text_content()
+    a = rows.filter(has_text="a").first
+    assert "10 in flight of 10" in a.locator("svg title").text_content()
+    page.locator("#groups").screenshot(path=shots / "queue-groups.png")
 
 
 def test_a_claim_over_the_socket_shows_in_the_header_without_a_reload(page, board):

@@ -79,7 +79,14 @@ SEEDS: dict[str, list[dict[str, Any]]] = {
         {"key": "img", "allocation": 10, "strategy": DRIP},
         {"key": "img", "allocation": 10, "strategy": DRIP, "enforce": False},
     ],
-    "budget_put": [{"key": "img", "allocation": 5, "strategy": {"type": "while_in_flight"}}],
+    "budget_put": [
+        {"key": "img", "allocation": 5, "strategy": {"type": "while_in_flight"}},
+        {
+            "key": "llm",
+            "allocation": 10,
+            "strategy": {"type": "while_in_flight", "reserve": {"gold": 4}},
+        },
+    ],
     "budget_patch": [
         {"key": "img", "allocation": 3},
         {"key": "img", "strategy": {"burst": 2}},

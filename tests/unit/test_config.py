@@ -275,6 +275,10 @@ def test_provisioned_budgets_are_validated_into_specs():
                         "strategy": {"type": "time_based", "duration_ms": "1h", "burst": 500},
                     },
                     "schema-bot": {"allocation": 10, "strategy": {"type": "while_in_flight"}},
+                    "llm": {
+                        "allocation": 10,
+                        "strategy": {"type": "while_in_flight", "reserve": {"gold": 4}},
+                    },
                 }
             }
         },
@@ -284,6 +288,7 @@ def test_provisioned_budgets_are_validated_into_specs():
     assert specs["image-service"].strategy.duration_ms == 3_600_000
     assert specs["image-service"].cap == 500
     assert specs["schema-bot"].max_cost() == 10
+    assert specs["llm"].strategy.reserve == {"gold": 4}
 
 
 @pytest.mark.parametrize(
@@ -299,6 +304,17 @@ def test_provisioned_budgets_are_validated_into_specs():
         ),
         ({"allocation": 3, "strategy": {"type": "while_in_flight", "burst": 2}}, "takes neither"),
         ({"allocation": 3, "strategy": {"type": "while_in_flight"}, "cost": 1}, "x.cost: unknown"),
+        (
+            {"allocation": 3, "strategy": {"type": "while_in_flight", "reserve": {"g": 2, "h": 2}}},
+            "x.strategy.reserve: strategy.reserve reserves 4 tokens in all, more than allocation 3",
+        ),
+        (
+            {
+                "allocation": 3,
+                "strategy": {"type": "time_based", "duration_ms": "1h", "reserve": {"g": 1}},
+            },
+            "x.strategy.reserve: strategy.reserve applies to while_in_flight budgets only",
+        ),
     ],
 )
 def test_bad_provisioned_budgets_name_the_field(body, problem):

@@ -100,6 +100,9 @@ async def test_lending_gold_reserves_four_of_ten(tmp_path, autojump_clock):
             await _enqueue(core, "b", 20)
             others = await _claim_all(core)
             assert len(others) == 10  # gold idle: its reservation is lent
+            status = (await call(core, "admission_status", queue="q"))["queues"][0]
+            gold_row = next(g for g in status["groups"] if g["group"] == "gold")
+            assert (gold_row["in_flight"], gold_row["reserved"], gold_row["lent"]) == (0, 4, 4)
             await _enqueue(core, "gold", 6)
             assert await _claim_all(core) == []
             waiting = (await call(core, "list", queue="q", status="pending"))["jobs"]
@@ -128,17 +131,23 @@ async def test_lending_gold_reserves_four_of_ten(tmp_path, autojump_clock):
             status = (await call(core, "admission_status", queue="q"))["queues"][0]
             by_group = {g["group"]: g for g in status["groups"]}
             assert by_group["gold"]["reserved"] == 4 and by_group["a"]["reserved"] == 0
+            assert by_group["gold"]["lent"] == 0  # gold holds its 4: nothing lent
 
 
-def _drive(seed: int, steps: int, caps: dict[str, int], reserve: int) -> list[dict[str, Any]]:
+def _drive(seed: int, steps: int, caps: dict[str, int], reserve: int,
+           setup: Any = None, enqueue: Any = _enqueue) -> list[dict[str, Any]]:  # fmt: skip
     """Random arrivals and completions on a queue of 10 slots with eager workers;
-    after every step, the groups' numbers and the claim of that step."""
+    after every step, the groups' numbers and the claim of that step. ``setup``
+    and ``enqueue`` put the 10 elsewhere (a budget: test_budget_reserve.py)."""
     rng = random.Random(seed)
     groups = ["gold", "a", "b", "c"]
 
     async def body(core: Any) -> list[dict[str, Any]]:
-        await call(core, "policy_set", queue="q", fairness="round_robin", max_in_flight=10,
-                   min_in_flight={"gold": reserve}, group_limits=caps)  # fmt: skip
+        if setup is not None:
+            await setup(core)
+        else:
+            await call(core, "policy_set", queue="q", fairness="round_robin", max_in_flight=10,
+                       min_in_flight={"gold": reserve}, group_limits=caps)  # fmt: skip
         running: list[dict] = []
         pending: Counter = Counter()
         log = []
@@ -148,10 +157,11 @@ def _drive(seed: int, steps: int, caps: dict[str, int], reserve: int) -> list[di
             event = rng.random()
             if event < 0.45 or not running:
                 group, n = rng.choice(groups), rng.randint(1, 6)
-                await _enqueue(core, group, n)
+                await enqueue(core, group, n)
                 pending[group] += n
             else:
                 await _complete(core, running.pop(rng.randrange(len(running))))
+            await trio.sleep(0.01)  # virtual time: a budget's released jobs are back
             got = await _claim_all(core)
             running += got
             for job in got:

@@ -449,6 +449,20 @@ def test_a_parked_job_leaves_the_ready_index_until_released(store):
     assert jobs.parked_counts() == [("ns", "q", "budget", 1)]
 
 
+def test_unfinished_bound_groups_name_each_jobs_group_and_parking(store):
+    """Issue 18: what a budget's reservations are counted from (by id; "" for no group)."""
+    bound = '[{"key": "llm", "cost": 2}]'
+    _insert(store, _job("a", budgets=bound, grp="gold"), _job("b", budgets=bound),
+            _job("c", lc.COMPLETED, budgets=bound), _job("d"),
+            _job("e", lc.SCHEDULED, budgets=bound, grp="x"))  # fmt: skip
+    store.write(lambda tx: tx.store.jobs.park([("llm", "a")]))
+    assert store.store.jobs.unfinished_bound_groups() == [
+        ("a", "ns", "q", lc.PENDING, "gold", "llm", bound),
+        ("b", "ns", "q", lc.PENDING, "", None, bound),
+        ("e", "ns", "q", lc.SCHEDULED, "x", None, bound),
+    ]
+
+
 # -- fold and replay -------------------------------------------------------------------
 
 

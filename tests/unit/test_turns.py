@@ -15,11 +15,16 @@ def _take(turns: Turns, n: int, passed_over=lambda _m: False) -> list[str]:
 
 
 def _worst(seq: list[str], weights: dict[str, int], span: int = 40) -> float:
+    """The largest |count - share| of any member over any run of ``span`` turns."""
     total = sum(weights.values())
-    return max(
-        abs(Counter(seq[s : s + span])[m] - span * w / total)
-        for s in range(len(seq) - span + 1) for m, w in weights.items()
-    )  # fmt: skip
+    counts = Counter(seq[:span])
+    worst = 0.0
+    for start in range(len(seq) - span + 1):
+        if start:
+            counts[seq[start - 1]] -= 1
+            counts[seq[start + span - 1]] += 1
+        worst = max(worst, max(abs(counts[m] - span * w / total) for m, w in weights.items()))
+    return worst
 
 
 def test_each_member_gets_its_weighted_share_every_round():
@@ -41,17 +46,43 @@ def test_a_weight_of_three_among_ones_keeps_every_40_turns_within_one(others):
     assert _worst(_take(turns, 300), weights) <= 1
 
 
-@settings(max_examples=60)
-@given(st.lists(st.integers(1, 6), min_size=2, max_size=11))
-def test_any_weights_stay_within_two_over_every_40_turns(weights_list):
-    """No rule keeps every weight set within +-1 over every run (weights
-    3, 5, 1, 3, 3, 2, 2, 1, 5, 6 reach 1.74 here, and 1.71 with nginx's rule of
-    the most credit): the bound that holds for any weights is below 2."""
+@settings(max_examples=40, derandomize=True, deadline=None)
+@given(st.lists(st.integers(1, 6) | st.integers(1, 1000), min_size=2, max_size=12))
+def test_any_weights_stay_within_one_over_every_40_turns(weights_list):
+    """The window rule (actors/turn_window.py): every run of 40 turns is within
+    1 of each weighted share, whatever the weights (credits alone reach 1.74
+    with weights 3, 5, 1, 3, 3, 2, 2, 1, 5, 6), and credits keep the long run
+    to the weights."""
     weights = {f"m{i}": w for i, w in enumerate(weights_list)}
     turns = Turns()
     for member, weight in weights.items():
         turns.join(member, weight)
-    assert _worst(_take(turns, 250), weights) < 2
+    seq = _take(turns, 300)
+    assert _worst(seq, weights) <= 1
+    assert _worst(seq, weights, span=300) < 2  # the whole run: credits lead
+
+
+def test_credits_alone_are_off_by_more_than_one_where_the_window_is_not():
+    weights = {f"m{i}": w for i, w in enumerate([3, 5, 1, 3, 3, 2, 2, 1, 5, 6])}
+    turns = Turns()
+    for member, weight in weights.items():
+        turns.join(member, weight)
+    assert _worst(_take(turns, 400), weights) <= 1
+    turns = Turns()
+    turns.window.length = 10**9  # never full, never tight: credits alone
+    for member, weight in weights.items():
+        turns.join(member, weight)
+    assert _worst(_take(turns, 400), weights) > 1.7
+
+
+def test_the_window_starts_again_when_members_change():
+    turns = Turns()
+    turns.join("A", 3)
+    turns.join("B", 1)
+    _take(turns, 50)
+    turns.join("C", 4)
+    seq = _take(turns, 120)
+    assert _worst(seq, {"A": 3, "B": 1, "C": 4}) <= 1
 
 
 def test_a_newcomer_takes_its_turn_at_once_without_idle_credit():
