@@ -209,7 +209,7 @@ async def test_the_monthly_quota_holds_a_dead_jobs_replay_to_next_month(tmp_path
         pending = await enqueue_job(core)
         (job,) = await claim_jobs(core)
         await call(core, "fail", job_id=job["id"], lease=job["lease"], error="x", dead=True)
-        await trio.sleep(60)  # the roll-up tick counts the month
+        await trio.sleep(60)  # virtual time (autojump_clock): the roll-up tick counts the month
         await trio.testing.wait_all_tasks_blocked()
         answer = await explain(core, job["id"])
         assert answer["status"] == "dead" and answer["position"] == {

@@ -165,7 +165,7 @@ async def test_an_in_flight_cap_drains_at_the_observed_run_time(tmp_path, autoju
     async with running_core(tmp_path) as core:
         await enqueue(core, 3)
         for job in await claim_jobs(core, max=3, lease_ms=86_400_000):
-            await trio.sleep(600)  # each 10 minutes after the one before
+            await trio.sleep(600)  # virtual time (autojump_clock): 10 minutes after the last
             await call(core, "complete", job_id=job["id"], lease=job["lease"])
         await enqueue(core, 20)
         answer = await preview(core, op="policy_set", queue="q", max_in_flight=2)
