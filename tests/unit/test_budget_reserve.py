@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from actors.errors import Refused
 from tests.unit.harness import call, claim_jobs, running_core
-from tests.unit.test_group_limits import _drive
+from tests.unit.test_group_limits import _drive, check_lending
 
 
 def _spec(reserve: dict[str, Any], allocation: int = 10) -> dict[str, Any]:
@@ -135,14 +135,7 @@ def test_lending_property_gold_short_only_while_every_token_is_busy(seed, reserv
         await call(core, "budget_create", key="b", **_spec({"gold": reserve}))
 
     for step in _drive(seed, 40, {}, reserve, setup, _enqueue):
-        running, pending = step["running"], step["pending"]
-        total = sum(running.values())
-        assert total <= 10
-        demand = running["gold"] + pending["gold"]
-        if running["gold"] < min(reserve, demand):
-            assert total == 10
-        if step["gold_was_short"] and step["claimed"]["gold"] < sum(step["claimed"].values()):
-            assert running["gold"] >= min(reserve, demand)
+        total, pending = check_lending(step, reserve)
         if total < 10:
             assert not +pending, step  # a token idle only when nothing waits
 

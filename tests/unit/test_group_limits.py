@@ -181,15 +181,22 @@ def test_lending_property_gold_short_only_while_every_slot_is_busy(seed, reserve
     below min(reserve, its demand) only while all 10 slots are busy, and a claim
     gives another group a slot only when gold is not short."""
     for step in _drive(seed, 40, {}, reserve):
-        running, pending = step["running"], step["pending"]
-        total = sum(running.values())
-        assert total <= 10
-        demand = running["gold"] + pending["gold"]
-        if running["gold"] < min(reserve, demand):
-            assert total == 10
-        if step["gold_was_short"] and step["claimed"]["gold"] < sum(step["claimed"].values()):
-            # another group got a slot: gold is served up to its reservation first
-            assert running["gold"] >= min(reserve, demand)
+        check_lending(step, reserve)
+
+
+def check_lending(step: dict[str, Any], reserve: int) -> tuple[int, Any]:
+    """The lending property at one step of :func:`_drive` (10 slots or tokens, gold
+    reserving ``reserve``); returns (in flight, pending per group)."""
+    running, pending = step["running"], step["pending"]
+    total = sum(running.values())
+    assert total <= 10
+    demand = running["gold"] + pending["gold"]
+    if running["gold"] < min(reserve, demand):
+        assert total == 10
+    if step["gold_was_short"] and step["claimed"]["gold"] < sum(step["claimed"].values()):
+        # another group got a slot: gold is served up to its reservation first
+        assert running["gold"] >= min(reserve, demand)
+    return total, pending
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
