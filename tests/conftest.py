@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import trio_asyncio  # noqa: F401  (imported first, for the policy below)
 
-from tests import postgres
+from tests import forkserver, postgres
 from tests.support import DaemonProcess, RawClient
 
 # trio-asyncio (the PostgreSQL store's) makes every asyncio loop created outside
@@ -43,8 +43,10 @@ POSTGRES_FIXTURES = frozenset({"postgres_server", "pg_dsn"})
 STORES = ("sqlite", "postgres")
 
 #: Audit events of a new process (``os.system`` and the ``os.spawn*``/``posix_spawn``
-#: family as well as ``subprocess``).
-_SPAWN_EVENTS = frozenset({"subprocess.Popen", "os.system", "os.posix_spawn", "os.spawn"})
+#: family as well as ``subprocess``, and a child of :mod:`tests.forkserver`).
+_SPAWN_EVENTS = frozenset(
+    {"subprocess.Popen", "os.system", "os.posix_spawn", "os.spawn", forkserver.AUDIT_EVENT}
+)
 
 #: The test running now and whether it may start processes; None between tests.
 _running: tuple[str, bool] | None = None
@@ -86,6 +88,10 @@ def _refuse_unmarked_spawn(event: str, args: tuple[Any, ...]) -> None:
 
 
 sys.addaudithook(_refuse_unmarked_spawn)
+
+
+def pytest_sessionfinish() -> None:
+    forkserver.shutdown()
 
 
 @pytest.hookimpl(wrapper=True)

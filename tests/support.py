@@ -11,6 +11,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from contextlib import closing
 from pathlib import Path
@@ -19,6 +20,8 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
+
+from tests import forkserver
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -148,19 +151,29 @@ class DaemonProcess:
             f'http = "{f"127.0.0.1:{self.port}" if http else ""}"\n'
             'lease = "60s"\n' + extra_config
         )
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: subprocess.Popen[bytes] | forkserver.ForkedProcess | None = None
         self.log = workdir / "daemon.log"
 
     def start(self, timeout: float = 20, env: dict[str, str] | None = None, **popen: Any) -> None:
+        """Start ``sluice serve`` (forked, :mod:`tests.forkserver`, where it may be) and
+        wait until it serves: its "serving" line logged (the socket listens earlier,
+        before the store is open and migrated), its socket and HTTP, if any, answering."""
         self._logf = open(self.log, "ab")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "daemon.cli.main", "serve", "--config", str(self.config_path)],
-            cwd=self.workdir,
-            stdout=self._logf,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
-            **popen,
-        )
+        self._log_from = self._logf.tell()
+        argv = ["serve", "--config", str(self.config_path)]
+        full_env = {**os.environ, **(env or {})}
+        self.proc: subprocess.Popen[bytes] | forkserver.ForkedProcess
+        if forkserver.usable(full_env, popen):
+            self.proc = forkserver.spawn(argv, cwd=self.workdir, env=full_env, stdout=self.log)
+        else:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "daemon.cli.main", *argv],
+                cwd=self.workdir,
+                stdout=self._logf,
+                stderr=subprocess.STDOUT,
+                env=full_env,
+                **popen,
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -173,6 +186,10 @@ class DaemonProcess:
     def _ready(self) -> bool:
         if not self.socket.exists():
             return False
+        with open(self.log, "rb") as log:
+            log.seek(self._log_from)
+            if b" serving socket=" not in log.read():
+                return False
         try:
             client = RawClient(self.socket, timeout=2)
         except OSError:
@@ -259,16 +276,35 @@ class DaemonProcess:
 def sluice(
     *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``sluice args...`` as a user does, in a fresh interpreter: the completed
-    process with text output (``env`` is added to this process's environment)."""
-    return subprocess.run(
-        [sys.executable, "-m", "daemon.cli.main", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=cwd,
-        env={**os.environ, **(env or {})},
-    )
+    """Run ``sluice args...`` as a user does, in a process of its own (forked where it
+    may be, :mod:`tests.forkserver`): the completed process with text output (``env``
+    is added to this process's environment)."""
+    full_env = {**os.environ, **(env or {})}
+    if not forkserver.usable(full_env):
+        return subprocess.run(
+            [sys.executable, "-m", "daemon.cli.main", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=cwd,
+            env=full_env,
+        )
+    with tempfile.TemporaryDirectory(prefix="sluice-run-") as outputs:
+        out, err = Path(outputs) / "stdout", Path(outputs) / "stderr"
+        run = forkserver.spawn(
+            list(args), cwd=cwd or Path.cwd(), env=full_env, stdout=out, stderr=err
+        )
+        try:
+            code = run.wait(timeout)
+        except subprocess.TimeoutExpired:
+            run.kill()
+            run.wait()
+            raise
+        return subprocess.CompletedProcess(run.args, code, _text(out), _text(err))
+
+
+def _text(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
 
 
 #: Marks a test that holds on SQLite only (its file, WAL and filesystem; PostgreSQL's

@@ -179,14 +179,17 @@ def test_policy_editor_previews_a_change_without_saving_it(browser, board, shots
 
 
 def test_focus_lands_on_the_first_field_and_returns_to_the_edit_control(page):
+    from playwright.sync_api import expect
+
     page.goto(NS + "/q/images")
     page.focus("#edit-policy")
     page.keyboard.press("Enter")
     page.wait_for_url("**/q/images/policy")
-    assert page.evaluate("document.activeElement.id") == "max_claims_per_window"
+    # Chromium applies autofocus at a rendering step after load: wait for it (5 s).
+    expect(page.locator("#max_claims_per_window")).to_be_focused()
     page.click("text=Cancel")
     page.wait_for_url("**/q/images?notice=cancelled#edit-policy")
-    assert page.evaluate("document.activeElement.id") == "edit-policy"
+    expect(page.locator("#edit-policy")).to_be_focused()
 
 
 @pytest.mark.parametrize("name", sorted(PAGES))

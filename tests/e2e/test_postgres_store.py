@@ -161,11 +161,13 @@ def test_a_periodic_slot_fires_once_across_daemons(tmp_path, pg_dsn):
     a = _daemon(tmp_path / "a", pg_dsn, extra=entry)
     try:
         b = _daemon(tmp_path / "b", pg_dsn, extra=entry)
-        a.dsn = pg_dsn
-        slots = "SELECT ready_at, count(*) FROM jobs WHERE queue = 'ticks' GROUP BY ready_at"
-        wait_until(lambda: len(a.sql(slots)) >= 4, timeout=30, what="four slots fired")
-        assert all(n == 1 for _at, n in a.sql(slots)), a.sql(slots)
-        b.cleanup()
+        try:
+            a.dsn = pg_dsn
+            slots = "SELECT ready_at, count(*) FROM jobs WHERE queue = 'ticks' GROUP BY ready_at"
+            wait_until(lambda: len(a.sql(slots)) >= 4, timeout=30, what="four slots fired")
+            assert all(n == 1 for _at, n in a.sql(slots)), a.sql(slots)
+        finally:
+            b.cleanup()
     finally:
         a.cleanup()
 
