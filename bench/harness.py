@@ -124,11 +124,14 @@ class BenchDaemon:
         if not self.socket.exists():
             return False
         # The socket is bound before the store is open (a PostgreSQL database is
-        # migrated then): only an answer (even a refusal) says the daemon serves.
-        # HTTP is bound just after the socket serves.
+        # migrated then): only an answer (even a refusal) says the daemon serves,
+        # except ``unavailable``, which a daemon whose database is not open yet
+        # answers (daemon/transport/starting.py). HTTP serves just after the socket.
         try:
             with WireClient(self.socket, timeout=2) as client:
-                client.call("status")
+                frame = client.call("status")
+            if not frame["ok"] and frame["error"]["code"] == "unavailable":
+                return False
             if self.port is not None:
                 socket.create_connection(("127.0.0.1", self.port), timeout=2).close()
         except (OSError, WireError):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -26,10 +26,11 @@ from daemon.pid_lock import PidLock
 from daemon.startup import StartupError, connection_cap, raise_file_limit, reason
 from daemon.store.health import StoreUnavailable
 from daemon.store.opening import open_database
-from daemon.store.pg_opening import open_postgres, redacted
+from daemon.store.pg_opening import dsn_target, open_postgres, redacted
 from daemon.store.postgres import Portals
 from daemon.transport.http_server import bind_http, close_sockets
 from daemon.transport.socket_server import bind_unix_socket, listener_from_fd
+from daemon.transport.starting import Starting
 
 log = logging.getLogger("sluicegate")
 
@@ -102,10 +103,13 @@ def claim_resources(
 
 
 @contextlib.asynccontextmanager
-async def opened_store(cfg: DaemonConfig) -> AsyncIterator[Any]:
+async def opened_store(
+    cfg: DaemonConfig, on_failure: Callable[[str, float], None] | None = None
+) -> AsyncIterator[Any]:
     """The store for the daemon's life: the SQLite file, or (``database`` a
     ``postgresql://`` DSN) the PostgreSQL pool, with trio-asyncio's loop open
-    around it and a greenback portal in every task (daemon.store.postgres)."""
+    around it and a greenback portal in every task (daemon.store.postgres).
+    ``on_failure`` hears of each failed attempt to reach the database."""
     dsn = cfg.postgres_dsn()
     if dsn is None:
         db = open_store(cfg)
@@ -126,6 +130,7 @@ async def opened_store(cfg: DaemonConfig) -> AsyncIterator[Any]:
                 statement_timeout_ms=cfg.database_statement_timeout,
                 connect_timeout_ms=cfg.database_connect_timeout,
                 idle_in_transaction_ms=cfg.database_idle_in_transaction_timeout,
+                on_failure=on_failure,
             )
             try:
                 yield pg
@@ -134,6 +139,37 @@ async def opened_store(cfg: DaemonConfig) -> AsyncIterator[Any]:
                     await pg.aclose()
     finally:
         trio.lowlevel.remove_instrument(portals)
+
+
+async def serve_on_store(
+    cfg: DaemonConfig,
+    listener: trio.SocketListener,
+    http_sockets: Any,
+    max_connections: int,
+    serve: Callable[[Any], Awaitable[None]],
+) -> None:
+    """Open the store and ``serve(db)`` on it. A PostgreSQL database that does
+    not answer yet is retried, and meanwhile the socket and HTTP answer
+    ``unavailable`` (:mod:`daemon.transport.starting`)."""
+    if cfg.postgres_dsn() is None:
+        async with opened_store(cfg) as db:
+            await serve(db)
+        return
+    host, name = dsn_target(cfg.database)
+    starting = Starting(cfg, max_connections, {"store": "postgresql", "host": host,
+                                               "name": name})  # fmt: skip
+    failed: StartupError | None = None
+    async with trio.open_nursery() as opening:
+        await opening.start(starting.run, listener, http_sockets)
+        try:
+            async with opened_store(cfg, starting.failed) as db:
+                await starting.stop()
+                await serve(db)
+        except StartupError as exc:  # one line, not inside the nursery's group
+            failed = exc
+            opening.cancel_scope.cancel()
+    if failed is not None:
+        raise failed
 
 
 def store_shown(cfg: DaemonConfig) -> str:

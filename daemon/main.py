@@ -36,7 +36,7 @@ from daemon.admission.membership import Membership
 from daemon.config import Config, ConfigError, DaemonConfig, PeriodicConfig, load_config
 from daemon.config_watch import ConfigFileWatch
 from daemon.core import Core
-from daemon.launch import claim_resources, opened_store, store_shown
+from daemon.launch import claim_resources, serve_on_store, store_shown
 from daemon.logs import configure_logging
 from daemon.periodic import PeriodicScheduler
 from daemon.reload import decide
@@ -90,9 +90,12 @@ class Daemon:
         try:
             with contextlib.ExitStack() as claimed:  # released last: locks, listeners
                 listener, http_sockets, max_connections = claim_resources(cfg, fds, claimed)
-                async with opened_store(cfg) as db:
+
+                async def serve(db: Any) -> None:
                     await self._serve(cfg, db, clock, listener, http_sockets, max_connections,
                                       socket_passed=bool(fds), task_status=task_status)  # fmt: skip
+
+                await serve_on_store(cfg, listener, http_sockets, max_connections, serve)
         finally:
             if self.started:  # a daemon that never served never "stopped"
                 log.info("stopped")

@@ -154,10 +154,18 @@ class DaemonProcess:
         self.proc: subprocess.Popen[bytes] | forkserver.ForkedProcess | None = None
         self.log = workdir / "daemon.log"
 
-    def start(self, timeout: float = 20, env: dict[str, str] | None = None, **popen: Any) -> None:
-        """Start ``sluice serve`` (forked, :mod:`tests.forkserver`, where it may be) and
-        wait until it serves: its "serving" line logged (the socket listens earlier,
-        before the store is open and migrated), its socket and HTTP, if any, answering."""
+    def start(
+        self,
+        timeout: float = 20,
+        env: dict[str, str] | None = None,
+        *,
+        wait: bool = True,
+        **popen: Any,
+    ) -> None:
+        """Start ``sluice serve`` (forked, :mod:`tests.forkserver`, where it may be) and,
+        with ``wait``, wait until it serves: its "serving" line logged (the socket
+        listens earlier, before the store is open and migrated), its socket and HTTP,
+        if any, answering."""
         self._logf = open(self.log, "ab")  # noqa: SIM115
         self._log_from = self._logf.tell()
         argv = ["serve", "--config", str(self.config_path)]
@@ -174,6 +182,8 @@ class DaemonProcess:
                 env=full_env,
                 **popen,
             )
+        if not wait:
+            return
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -16,6 +16,7 @@ appears in a log line or an error: :func:`redacted` is what is shown, and
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
@@ -131,9 +132,11 @@ async def open_postgres(
     statement_timeout_ms: int = 30_000,
     connect_timeout_ms: int = 5_000,
     idle_in_transaction_ms: int = 5_000,
+    on_failure: Callable[[str, float], None] | None = None,
 ) -> PgDatabase:
     """The pool on ``dsn`` (retried with backoff until the server answers),
-    migrated. Runs inside ``trio_asyncio.open_loop()``.
+    migrated. Runs inside ``trio_asyncio.open_loop()``. ``on_failure(cause,
+    retry_in_s)`` hears of each failed attempt (:mod:`daemon.transport.starting`).
 
     ``idle_in_transaction_ms`` sets the sessions' ``idle_in_transaction_session_timeout``.
     Every write transaction holds the cluster's epoch lock
@@ -176,6 +179,8 @@ async def open_postgres(
                 "database %s unavailable (attempt %d: %s); retrying in %.1f s",
                 redacted(dsn), attempt, cause, delay,
             )  # fmt: skip
+            if on_failure is not None:
+                on_failure(f"{type(exc).__name__}: {cause}", delay)
             await trio.sleep(delay)
             delay = min(delay * 2, RETRY_S[1])
 

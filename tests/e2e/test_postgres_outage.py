@@ -8,6 +8,7 @@ the session's server, which other tests share.
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import pytest
@@ -16,7 +17,8 @@ from tests import postgres
 from tests.postgres_cluster import ThrowawayCluster, find_bindir
 from tests.support import DaemonProcess, wait_until
 
-pytestmark = [pytest.mark.e2e]
+# Each test runs its own throwaway cluster: not parametrized over the stores.
+pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
 
 
 def _bindir():
@@ -84,5 +86,54 @@ def test_healthz_finds_a_database_stopped_under_an_idle_daemon_then_its_return(t
                 up = wait_until(lambda: (r := http.get("/healthz")).status_code == 200 and r,
                                 timeout=30, what="/healthz to recover")  # fmt: skip
                 assert up.json()["status"] == "ok" and up.json()["database"]["reachable"]
+        finally:
+            daemon.cleanup()
+
+
+def test_a_database_down_at_start_is_answered_unavailable_until_it_comes_up(tmp_path):
+    """The daemon retries the database with backoff and is not silent meanwhile:
+    each socket frame is answered ``unavailable`` (its id kept, ``retry_after``
+    set), ``/healthz`` is 503 naming the database; once it is up, the daemon
+    serves on the same socket and port, a client reconnecting as after a restart."""
+    with ThrowawayCluster(_bindir()) as cluster, postgres.fresh_database(cluster.admin_dsn) as dsn:
+        cluster.halt()
+        daemon = DaemonProcess(tmp_path, f'database = "{dsn}"\n')
+        daemon.start(wait=False)
+        try:
+            wait_until(lambda: "retrying in" in daemon.log_text(), timeout=30,
+                       what="a failed attempt logged")  # fmt: skip
+            with daemon.client() as c:
+                c.send_raw(b'{"id": 7, "op": "enqueue", "queue": "q", "type": "t"}\n')
+                c.send_raw(b"not json\n")
+                first, second = c.read(), c.read()
+            assert first["id"] == 7 and second["id"] is None
+            for frame in (first, second):
+                error = frame["error"]
+                assert error["code"] == "unavailable" and error["status"] == 503
+                assert error["message"].startswith("the database is unavailable: ")
+                assert error["message"].endswith("; the daemon is starting; retry later")
+                assert error["retry_after"] >= 1
+            with daemon.client() as c:  # a line past max_frame_bytes: closed, as while serving
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    c.send_raw(b"x" * (2 << 20))  # closed while it is sent
+                assert c.read_until_closed() == []
+            with daemon.http() as http:
+                health = http.get("/healthz")
+                api = http.post("/api/v1/jobs", json={"queue": "q", "type": "t"})
+            assert health.status_code == 503 and api.status_code == 503
+            assert health.json()["status"] == "unavailable"
+            assert health.json()["database"]["reachable"] is False
+            assert api.json()["code"] == "unavailable"
+            assert int(api.headers["retry-after"]) >= 1
+            assert daemon.proc is not None and daemon.proc.poll() is None
+
+            cluster.resume()
+            wait_until(lambda: " serving socket=" in daemon.log_text(), timeout=60,
+                       what="the daemon to serve once the database is up")  # fmt: skip
+            with daemon.client() as c:
+                job = c.ok("enqueue", queue="q", type="t")["job"]
+                assert c.ok("get", job_id=job["id"])["job"]["status"] == "pending"
+            with daemon.http() as http:
+                assert http.get("/healthz").status_code == 200
         finally:
             daemon.cleanup()
