@@ -110,7 +110,7 @@ class HttpApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
+            await lifespan(receive, send)
             return
         if scope["type"] != "http":
             return
@@ -128,7 +128,7 @@ class HttpApp:
         except Exception as exc:
             reply = refusal_reply(internal_error(exc))
         if reply is not None:  # None: the client left before the answer
-            await _send_reply(send, reply, accept_msgpack)
+            await send_reply(send, reply, accept_msgpack)
 
     async def _route(self, scope: Scope, receive: Receive, headers: dict[str, str]) -> Reply | None:
         method, path = scope["method"], scope["path"]
@@ -361,7 +361,8 @@ def _int_param(name: str, value: str) -> int:
         raise invalid(name, f"{name} must be an integer") from None
 
 
-async def _send_reply(send: Send, reply: Reply, accept_msgpack: bool) -> None:
+async def send_reply(send: Send, reply: Reply, accept_msgpack: bool = False) -> None:
+    """Send ``reply`` as the ASGI response (msgpack when the client accepts it)."""
     if reply.raw is not None:
         body, ctype = reply.raw, reply.content_type or "application/octet-stream"
     elif reply.body is None or reply.status == 204:
@@ -378,7 +379,8 @@ async def _send_reply(send: Send, reply: Reply, accept_msgpack: bool) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-async def _lifespan(receive: Receive, send: Send) -> None:
+async def lifespan(receive: Receive, send: Send) -> None:
+    """Answer the ASGI lifespan protocol: nothing to start or stop."""
     while True:
         message = await receive()
         if message["type"] == "lifespan.startup":

@@ -32,6 +32,7 @@ from hypercorn.utils import wrap_app
 from actors.errors import Refused
 from daemon.config import DaemonConfig
 from daemon.transport.framing import encode_error
+from daemon.transport.http_app import Reply, lifespan, refusal_reply, send_reply
 from daemon.transport.http_guard import HttpGuard
 from daemon.transport.http_server import hypercorn_config
 from daemon.transport.socket_server import TOO_MANY
@@ -185,31 +186,15 @@ class _StartingApp:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await lifespan(receive, send)
+            return
         if scope["type"] != "http":
             return
         refused = self.starting.refusal()
+        reply = refusal_reply(refused)
         if scope.get("path") == "/healthz":
-            body: dict[str, Any] = {
-                "status": "unavailable",
-                "problems": [refused.message],
-                "database": self.starting.database,
-            }
-        else:  # the shape of every HTTP refusal (daemon.transport.http_app.refusal_reply)
-            body = {"error": refused.message, "code": refused.code, **refused.details}
-        await send({
-            "type": "http.response.start",
-            "status": 503,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"retry-after", str(refused.details["retry_after"]).encode()),
-                (b"cache-control", b"no-store"),
-            ],
-        })  # fmt: skip
-        await send({"type": "http.response.body", "body": orjson.dumps(body)})
+            body = {"status": "unavailable", "problems": [refused.message],
+                    "database": self.starting.database}  # fmt: skip
+            reply = Reply(503, body, reply.headers)
+        reply.headers["cache-control"] = "no-store"
+        await send_reply(send, reply)
