@@ -247,6 +247,64 @@ async def test_a_waiting_claim_rides_out_any_number_of_429s(autojump_clock):
     assert 14 * 5 * 0.8 <= seen[14][0] - seen[0][0] <= 14 * 5 * 1.2
 
 
+def _unavailable(**details: Any) -> dict[str, Any]:
+    return {"ok": False, "error": {"code": "unavailable", "message": "the database is "
+                                   "unavailable", "status": 503, **details}}  # fmt: skip
+
+
+async def test_a_worker_waits_out_unavailable_claims_and_claims_again(autojump_clock, caplog):
+    """``unavailable`` (nothing written: a store that cannot write, a daemon whose
+    database is not open yet) does not end a worker: it waits the retry policy's
+    delay (the daemon's ``retry_after``, else a backoff) and claims again, logging
+    the outage once and its end once. ``shutting_down`` still ends it."""
+    client_stream, server_stream = trio.testing.memory_stream_pair()
+    answers = (
+        [_unavailable(retry_after=3)] * 2
+        + [_unavailable()] * 2
+        + [{"ok": True, "jobs": [], "empty": True}]
+    )
+    seen: list[tuple[float, dict]] = []
+    twin = random.Random(7)
+    caplog.set_level(logging.INFO, logger="sluicegate.worker")
+    answered = trio.Event()
+
+    async def daemon() -> None:
+        await _fake_daemon(server_stream, answers, seen)
+        answered.set()
+
+    with trio.fail_after(300):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(daemon)
+            async with TrioClient.over(
+                client_stream, retry=RetryPolicy(rng=random.Random(7))
+            ) as client:
+                worker = Worker(client, ["q"], lambda job: None, wait_ms=1000)
+                async with trio.open_nursery() as inner:
+                    await inner.start(worker.run)
+                    await answered.wait()
+                    await trio.sleep(1)  # the worker claims again, unanswered: still alive
+                    assert worker.statistics().stopping is False
+                    worker.stop()
+    assert [r["op"] for _, r in seen] == ["claim_next"] * 5
+    gaps = [b[0] - a[0] for a, b in itertools.pairwise(seen)]
+    jitters = [twin.uniform(0.8, 1.2) for _ in range(4)]
+    # retry_after 3, twice; then the backoff of the third and fourth refusal: 2 s, 4 s.
+    assert gaps == pytest.approx([3 * jitters[0], 3 * jitters[1], 2 * jitters[2], 4 * jitters[3]])
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("claims refused" in m for m in messages) == 1
+    assert sum("claims answered again" in m for m in messages) == 1
+
+    client_stream, server_stream = trio.testing.memory_stream_pair()
+    refused = {"ok": False, "error": {"code": "shutting_down", "message": "draining",
+                                      "status": 503}}  # fmt: skip
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_fake_daemon, server_stream, [refused], [])
+            async with TrioClient.over(client_stream) as client:
+                with pytest.raises(ShuttingDown):
+                    await Worker(client, ["q"], lambda job: None).run()
+
+
 async def test_a_403_surfaces_at_once_with_its_code_for_the_caller_to_branch_on(autojump_clock):
     client_stream, server_stream = trio.testing.memory_stream_pair()
     monthly = {"ok": False, "error": {

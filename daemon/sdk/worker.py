@@ -15,6 +15,14 @@ the handler: another worker owns the job now. (A thread cannot be interrupted:
 a cancelled plain-function handler is abandoned, runs to its end in its
 thread, and its result is discarded.)
 
+A claim refused ``unavailable`` (the store cannot write, or the daemon's
+database is not open yet: nothing was written) does not end the worker: it
+waits the client's retry delay (the daemon's ``retry_after``, else a backoff
+from 0.5 s doubling to 30 s, jittered) and claims again, logging the outage
+once and its end once. ``shutting_down`` and a lost connection still end
+:meth:`Worker.run` (a call in flight when a connection drops may have been
+applied).
+
 Stopping (:meth:`Worker.stop`, or cancelling :meth:`Worker.run`): claiming
 stops at once, running jobs get ``grace`` seconds to finish, and the ones
 still running then are cancelled and released, their attempt given back.
@@ -34,7 +42,7 @@ import attrs
 import trio
 
 from daemon.sdk.completer import BatchCompleter
-from daemon.sdk.errors import ConnectionLost, LeaseLost, SluicegateError
+from daemon.sdk.errors import ConnectionLost, LeaseLost, ShuttingDown, SluicegateError, Unavailable
 from daemon.sdk.job import TrioJob
 from daemon.sdk.lease_keeper import LeaseKeeper
 from daemon.sdk.trio_client import TrioClient, collapse
@@ -177,6 +185,7 @@ class Worker:
 
     async def _claim_loop(self, jobs: trio.Nursery) -> None:
         pause = 0.0
+        outage: tuple[float, int] | None = None  # (since, refusals) while unavailable
         while not self._stopping:
             while self._running >= self.concurrency and not self._stopping:
                 self._slot_freed = trio.Event()
@@ -184,15 +193,26 @@ class Worker:
             if self._stopping:
                 return
             started = trio.current_time()
-            claimed: list[TrioJob] = []
+            claimed: list[TrioJob] | None = None
             with trio.CancelScope() as self._claim_scope:
-                claimed = await self.client.claim_next(
-                    self.queues,
-                    max=self.concurrency - self._running,
-                    wait_ms=self.wait_ms,
-                    lease_ms=self.lease_ms,
-                )
+                try:
+                    claimed = await self.client.claim_next(
+                        self.queues,
+                        max=self.concurrency - self._running,
+                        wait_ms=self.wait_ms,
+                        lease_ms=self.lease_ms,
+                    )
+                except Unavailable as exc:
+                    if isinstance(exc, ShuttingDown):
+                        raise
+                    outage = await self._wait_out(exc, outage)
+                    continue
             self._claim_scope = None
+            if claimed is None:  # the claim was cancelled: a stop
+                claimed = []
+            elif outage is not None:
+                log.info("claims answered again after %.1f s", trio.current_time() - outage[0])
+                outage = None
             for job in claimed:  # claimed before a stop: they run, within the grace
                 self._running += 1
                 jobs.start_soon(self._run_job, job, name=f"job {job.id}")
@@ -205,6 +225,21 @@ class Worker:
                 # back off instead of spinning.
                 pause = min(MAX_IDLE_PAUSE, max(0.05, pause * 2))
                 await trio.sleep(pause)
+
+    async def _wait_out(
+        self, exc: Unavailable, outage: tuple[float, int] | None
+    ) -> tuple[float, int]:
+        """Wait before claiming again after ``unavailable`` (a store that cannot
+        write, or a daemon whose database is not open yet): the claim wrote
+        nothing, so a consumer keeps its place, as through a 429. The wait is the
+        client's retry policy's for that attempt: the daemon's ``retry_after``, or
+        a backoff from 0.5 s doubling to 30 s, with its jitter."""
+        since, attempt = outage if outage else (trio.current_time(), 0)
+        wait = self.client.retry.delay(attempt + 1, exc.retry_after)
+        if outage is None:
+            log.warning("claims refused: %s; claiming again in %.1f s", exc.message, wait)
+        await trio.sleep(wait)  # in the claim's scope: stop() ends the wait
+        return since, attempt + 1
 
     async def _run_job(self, job: TrioJob) -> None:
         try:
