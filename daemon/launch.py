@@ -147,20 +147,21 @@ async def serve_on_store(
     http_sockets: Any,
     max_connections: int,
     serve: Callable[[Any], Awaitable[None]],
-) -> None:
+) -> str | None:
     """Open the store and ``serve(db)`` on it. A PostgreSQL database that does
     not answer yet is retried, and meanwhile the socket and HTTP answer
-    ``unavailable`` (:mod:`daemon.transport.starting`)."""
+    ``unavailable`` (:mod:`daemon.transport.starting`); a SIGTERM or SIGINT then
+    stops the start, and its name is returned (else None)."""
     if cfg.postgres_dsn() is None:
         async with opened_store(cfg) as db:
             await serve(db)
-        return
+        return None
     host, name = dsn_target(cfg.database)
     starting = Starting(cfg, max_connections, {"store": "postgresql", "host": host,
                                                "name": name})  # fmt: skip
     failed: StartupError | None = None
     async with trio.open_nursery() as opening:
-        await opening.start(starting.run, listener, http_sockets)
+        await opening.start(starting.run, listener, http_sockets, opening.cancel_scope)
         try:
             async with opened_store(cfg, starting.failed) as db:
                 await starting.stop()
@@ -170,6 +171,9 @@ async def serve_on_store(
             opening.cancel_scope.cancel()
     if failed is not None:
         raise failed
+    if starting.signalled is not None:
+        log.info("stopped by %s before the database answered", starting.signalled)
+    return starting.signalled
 
 
 def store_shown(cfg: DaemonConfig) -> str:

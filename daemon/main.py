@@ -95,7 +95,8 @@ class Daemon:
                     await self._serve(cfg, db, clock, listener, http_sockets, max_connections,
                                       socket_passed=bool(fds), task_status=task_status)  # fmt: skip
 
-                await serve_on_store(cfg, listener, http_sockets, max_connections, serve)
+                if await serve_on_store(cfg, listener, http_sockets, max_connections, serve):
+                    self.stopped_cleanly = True  # a signal before the database answered
         finally:
             if self.started:  # a daemon that never served never "stopped"
                 log.info("stopped")

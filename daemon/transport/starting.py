@@ -20,7 +20,9 @@ HTTP server; the daemon's own servers then take the same listeners.
 
 from __future__ import annotations
 
+import logging
 import math
+import signal
 from typing import Any
 
 import orjson
@@ -36,6 +38,8 @@ from daemon.transport.http_app import Reply, lifespan, refusal_reply, send_reply
 from daemon.transport.http_guard import HttpGuard
 from daemon.transport.http_server import hypercorn_config
 from daemon.transport.socket_server import TOO_MANY
+
+log = logging.getLogger("sluicegate")
 
 #: Bytes read at most per receive (a line over ``max_frame_bytes`` closes the connection).
 _CHUNK = 1 << 16
@@ -56,6 +60,9 @@ class Starting:
         self._open = 0
         self._http_stop = trio.Event()
         self._done = trio.Event()
+        self._watching = trio.CancelScope()
+        #: The signal that stopped the start (``SIGTERM``, ``SIGINT``), if one did.
+        self.signalled: str | None = None
 
     def failed(self, cause: str, retry_in_s: float) -> None:
         """An attempt to open the store failed with ``cause``; the next in ``retry_in_s``."""
@@ -74,12 +81,16 @@ class Starting:
         self,
         listener: trio.SocketListener,
         http_sockets: Sockets | None,
+        start: trio.CancelScope,
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Answer on ``listener`` (and HTTP on ``http_sockets``) until :meth:`stop`."""
+        """Answer on ``listener`` (and HTTP on ``http_sockets``) until :meth:`stop`.
+        SIGTERM or SIGINT meanwhile cancels ``start`` (the store's opening), noted in
+        :attr:`signalled`; SIGHUP is ignored, with a log line."""
         try:
             async with trio.open_nursery() as nursery:
+                await nursery.start(self._signals, start)
                 if http_sockets is not None:
                     await nursery.start(self._serve_http, http_sockets)
                 nursery.start_soon(self._accept, listener)
@@ -89,11 +100,27 @@ class Starting:
 
     async def stop(self) -> None:
         """Stop accepting, close what was accepted, end HTTP; return when all is
-        done and the listeners are free for the daemon's own servers."""
+        done and the listeners are free for the daemon's own servers (and its
+        signal handlers installed in their turn)."""
         self._accepting.cancel()
         self._connections.cancel()
+        self._watching.cancel()
         self._http_stop.set()
         await self._done.wait()
+
+    async def _signals(
+        self, start: trio.CancelScope, *, task_status: trio.TaskStatus[None]
+    ) -> None:
+        with self._watching:
+            stops = (signal.SIGTERM, signal.SIGINT)
+            with trio.open_signal_receiver(*stops, signal.SIGHUP) as signals:
+                task_status.started()
+                async for signum in signals:
+                    if signum in stops:
+                        self.signalled = signal.Signals(signum).name
+                        start.cancel()
+                        return
+                    log.warning("SIGHUP ignored: the daemon is starting (no database yet)")
 
     async def _accept(self, listener: trio.SocketListener) -> None:
         async with trio.open_nursery() as connections:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 
 import pytest
 
@@ -137,3 +138,26 @@ def test_a_database_down_at_start_is_answered_unavailable_until_it_comes_up(tmp_
                 assert http.get("/healthz").status_code == 200
         finally:
             daemon.cleanup()
+
+
+def test_a_daemon_waiting_for_its_database_ignores_sighup_and_stops_on_sigterm(tmp_path):
+    """While the database does not answer at start, SIGHUP (a reload) is logged
+    and ignored, and SIGTERM stops the start cleanly: status 0, the socket file
+    removed, one line saying so."""
+    with ThrowawayCluster(_bindir()) as cluster, postgres.fresh_database(cluster.admin_dsn) as dsn:
+        cluster.halt()
+        daemon = DaemonProcess(tmp_path, f'database = "{dsn}"\n')
+        daemon.start(wait=False)
+        try:
+            wait_until(lambda: "retrying in" in daemon.log_text(), timeout=30,
+                       what="a failed attempt logged")  # fmt: skip
+            assert daemon.proc is not None
+            daemon.proc.send_signal(signal.SIGHUP)
+            wait_until(lambda: "SIGHUP ignored" in daemon.log_text(), what="SIGHUP logged")
+            assert daemon.proc.poll() is None
+            assert daemon.stop(signal.SIGTERM) == 0
+            assert "stopped by SIGTERM before the database answered" in daemon.log_text()
+            assert not daemon.socket.exists()
+        finally:
+            daemon.cleanup()
+            cluster.resume()  # the database is dropped through it
