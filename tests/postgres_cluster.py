@@ -70,6 +70,8 @@ class ThrowawayCluster:
         self.settings = settings
         #: The temp dir: the data directory, the socket and the log; None when stopped.
         self.dir: Path | None = None
+        #: Whether :meth:`halt` stopped the server and :meth:`resume` has not restarted it.
+        self.halted = False
 
     def __enter__(self) -> ThrowawayCluster:
         self.start()
@@ -113,10 +115,12 @@ class ThrowawayCluster:
         """Stop the server, keeping its files (an outage: ``resume`` ends it):
         ``immediate`` at once (a crash), ``fast`` ending the sessions first."""
         self._run("pg_ctl", "-D", "data", "-m", mode, "-w", "stop")
+        self.halted = True
 
     def resume(self) -> None:
         """Start the server again after :meth:`halt` (crash recovery from its WAL)."""
         self._run("pg_ctl", "-D", "data", "-l", "log", "-w", "-t", str(COMMAND_TIMEOUT), "start")
+        self.halted = False
 
     def stop(self) -> None:
         """Stop the server at once (``-m immediate``: its files go next) and remove the dir."""
