@@ -47,7 +47,7 @@ from daemon.client import (
 )
 from daemon.config import ConfigError
 from daemon.sdk.protocol import Answer, ClientProtocol, Orphaned, PushEvent
-from tests.support import DaemonProcess
+from tests.support import DaemonProcess, RawClient
 
 # -- the retry policy (pure) ---------------------------------------------------
 
@@ -811,6 +811,52 @@ async def test_worker_completes_with_the_result_and_fails_with_the_exception(mod
     assert jobs[3]["result"] == {"double": 6}
     assert jobs[2]["error"] == "ValueError: bad input"
     assert worker.statistics().running == 0
+
+
+async def test_a_worker_rides_out_a_daemon_restart_and_claims_from_the_new_one(daemon, caplog):
+    """A restart drops the worker's connection with its waiting claim in flight:
+    the worker connects again (backing off while the socket does not answer)
+    and goes on claiming from the restarted daemon, on the same client."""
+    done: list[int] = []
+
+    async def handler(job: TrioJob) -> None:
+        done.append(job.payload["n"])
+
+    caplog.set_level(logging.INFO, logger="sluicegate.worker")
+    with trio.fail_after(60):
+        async with TrioClient.connect(daemon.socket) as client:
+            worker = Worker(client, ["r"], handler, wait_ms=10_000)
+            async with trio.open_nursery() as nursery:
+                await nursery.start(worker.run)
+                await client.enqueue("r", "t", {"n": 1})
+                await _wait_until(lambda: done == [1])
+                await _wait_until(lambda: daemon.waiting_claims() == 1)  # its claim waits
+                await trio.to_thread.run_sync(daemon.stop)
+                await trio.sleep(1)  # the worker tries the closed socket meanwhile
+                await trio.to_thread.run_sync(daemon.start)
+                with RawClient(daemon.socket) as raw:
+                    raw.ok("enqueue", queue="r", type="t", payload={"n": 2})
+                await _wait_until(lambda: done == [1, 2])
+                await _wait_until(lambda: worker.statistics().completed == 2)
+                worker.stop()
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("claims lost the connection" in m for m in messages) == 1
+    assert sum("claims answered again" in m for m in messages) == 1
+
+
+async def test_a_worker_over_a_given_stream_still_ends_when_its_connection_is_lost():
+    client_stream, server_stream = trio.testing.memory_stream_pair()
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+
+            async def daemon_that_leaves() -> None:
+                await server_stream.receive_some(65536)  # the claim
+                await server_stream.aclose()
+
+            nursery.start_soon(daemon_that_leaves)
+            async with TrioClient.over(client_stream) as client:
+                with pytest.raises(ConnectionLost):
+                    await Worker(client, ["q"], lambda job: None).run()
 
 
 async def test_worker_runs_plain_functions_in_threads(module_daemon):

@@ -97,6 +97,12 @@ class TrioConnection:
         await self.stream.aclose()
 
     @property
+    def reopenable(self) -> bool:
+        """Whether :meth:`reconnect` may open this client's connection again: it was
+        opened from a socket path, never subscribed, and was not closed."""
+        return self._link.reopenable(self.path) and self._nursery is not None
+
+    @property
     def outstanding(self) -> int:
         """Requests sent and not answered yet, abandoned ones included."""
         return self._link.outstanding
@@ -197,6 +203,23 @@ class TrioConnection:
                 link.said_hello(hello)
             return reopened
 
+    async def reconnect(self) -> None:
+        """Open the socket again after the connection was lost with calls in
+        flight, which :meth:`call` never does by itself: the caller accepts that
+        those calls may have been applied. A worker does, for its claims (what a
+        lost claim took comes back when its lease lapses). The last ``hello`` is
+        said again before the next call. Raises :class:`ConnectionLost` when the
+        connection is not lost, cannot be opened again (a client over a caller's
+        stream, one that subscribed or was closed), or the socket does not answer.
+        """
+        link = self._link
+        async with self._restore_lock:
+            if link.lost is None:
+                return  # another task reconnected meanwhile
+            if not (self.reopenable and self._reader_done.is_set()):
+                raise link.lost
+            await self._reopen()
+
     def _may_reconnect(self) -> bool:
         """:meth:`Link.may_reconnect <daemon.sdk.link.Link.may_reconnect>`, once the
         reader has stopped, in a client that has its nursery."""
@@ -220,7 +243,7 @@ class TrioConnection:
         self._slots = {}
         self._reader_done = trio.Event()
         self._nursery.start_soon(self._read_loop)
-        log.debug("reconnected to %s: the daemon closed the idle connection", self.path)
+        log.debug("reconnected to %s", self.path)
         await old.aclose()
 
     # -- I/O -----------------------------------------------------------------

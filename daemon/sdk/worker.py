@@ -18,10 +18,16 @@ thread, and its result is discarded.)
 A claim refused ``unavailable`` (the store cannot write, or the daemon's
 database is not open yet: nothing was written) does not end the worker: it
 waits the client's retry delay (the daemon's ``retry_after``, else a backoff
-from 0.5 s doubling to 30 s, jittered) and claims again, logging the outage
-once and its end once. ``shutting_down`` and a lost connection still end
-:meth:`Worker.run` (a call in flight when a connection drops may have been
-applied).
+from 0.5 s doubling to 30 s, jittered) and claims again. Nor does a lost
+connection (a daemon restarted): the worker opens it again
+(:meth:`TrioClient.reconnect <daemon.sdk.trio_connection.TrioConnection.reconnect>`),
+with the same backoff while the socket does not answer, and claims on; what
+the lost claim may have taken comes back when its lease lapses, and the
+outcomes of jobs that were running then are reported if the new connection
+is up by the time they end (else their leases lapse and they run again).
+Each outage is logged once, and its end once. ``shutting_down`` still ends
+:meth:`Worker.run`, and so does a lost connection that cannot be opened again
+(a client over a caller's stream, or one that subscribed).
 
 Stopping (:meth:`Worker.stop`, or cancelling :meth:`Worker.run`): claiming
 stops at once, running jobs get ``grace`` seconds to finish, and the ones
@@ -207,6 +213,9 @@ class Worker:
                         raise
                     outage = await self._wait_out(exc, outage)
                     continue
+                except ConnectionLost as exc:
+                    outage = await self._reconnect(exc, outage)
+                    continue
             self._claim_scope = None
             if claimed is None:  # the claim was cancelled: a stop
                 claimed = []
@@ -239,6 +248,26 @@ class Worker:
         if outage is None:
             log.warning("claims refused: %s; claiming again in %.1f s", exc.message, wait)
         await trio.sleep(wait)  # in the claim's scope: stop() ends the wait
+        return since, attempt + 1
+
+    async def _reconnect(
+        self, exc: ConnectionLost, outage: tuple[float, int] | None
+    ) -> tuple[float, int]:
+        """The connection was lost (a daemon restarted, say): open it again, after
+        the retry policy's backoff while the socket does not answer. What the
+        claim in flight may have taken comes back when its lease lapses. A client
+        that cannot reopen (over a caller's stream, subscribed) ends the worker."""
+        since, attempt = outage if outage else (trio.current_time(), 0)
+        if outage is None:
+            log.warning("claims lost the connection: %s; reconnecting", exc.message)
+        try:
+            await self.client.reconnect()
+        except ConnectionLost as failed:
+            if not self.client.reopenable:
+                raise
+            wait = self.client.retry.delay(attempt + 1)
+            log.debug("reconnect failed: %s; again in %.1f s", failed.message, wait)
+            await trio.sleep(wait)  # in the claim's scope: stop() ends the wait
         return since, attempt + 1
 
     async def _run_job(self, job: TrioJob) -> None:
