@@ -220,6 +220,29 @@ def test_work_with_json_keeps_stdout_for_its_events(daemon):
     assert f'{job_id}: {{"n":2}}\n' in err and f"{job_id}: bad\n" in err
 
 
+def test_work_rides_out_a_daemon_killed_and_restarted(daemon):
+    """``sluice work`` reconnects after its daemon is killed (-9) and started
+    again, and runs the jobs enqueued after the restart."""
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "daemon.cli.main", "work", "rs", "--wait-ms", "1000",
+         "--socket", str(daemon.socket), "--", "true"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        with Client(daemon.socket) as client:
+            first = client.enqueue("rs", "t")["job"]["id"]
+            wait_for(lambda: client.get(first)["status"] == "completed")
+        daemon.kill()
+        daemon.start()
+        with Client(daemon.socket) as client:
+            second = client.enqueue("rs", "t")["job"]["id"]
+            wait_for(lambda: client.get(second)["status"] == "completed")
+        assert worker.poll() is None
+    finally:
+        _out, err = _stop_worker(worker)
+    assert "claims lost the connection" in err
+
+
 @pytest.mark.e2e
 def test_work_help_says_where_the_output_goes():
     helped = sluice("work", "--help")

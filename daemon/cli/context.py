@@ -174,6 +174,7 @@ class Context:
         async with TrioClient.over(
             stream, token=self.token, client_name="sluice", **options
         ) as client:
+            client.path = chosen.path  # reopened as ``TrioClient.connect``'s (a restart)
             yield client
 
 
