@@ -844,6 +844,29 @@ async def test_a_worker_rides_out_a_daemon_restart_and_claims_from_the_new_one(d
     assert sum("claims answered again" in m for m in messages) == 1
 
 
+async def test_a_worker_stopped_while_its_daemon_is_away_returns_at_once(daemon, caplog):
+    """Stopping a worker that is backing off between reconnects ends its wait
+    (here every backoff is 24-36 s: a stop that waited it out would time out)."""
+    caplog.set_level(logging.WARNING, logger="sluicegate.worker")
+    slow = RetryPolicy(base=30.0)
+    async with TrioClient.connect(daemon.socket, retry=slow) as client:
+        worker = Worker(client, ["away"], lambda job: None, wait_ms=10_000)
+        returned = trio.Event()
+
+        async def run() -> None:
+            await worker.run()
+            returned.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(run)
+            await _wait_until(lambda: daemon.waiting_claims() == 1)
+            await trio.to_thread.run_sync(daemon.stop)  # never started again
+            await _wait_until(lambda: any("claims lost" in r.getMessage() for r in caplog.records))
+            worker.stop()
+            with trio.fail_after(5):
+                await returned.wait()
+
+
 async def test_a_worker_over_a_given_stream_still_ends_when_its_connection_is_lost():
     client_stream, server_stream = trio.testing.memory_stream_pair()
     with trio.fail_after(60):
