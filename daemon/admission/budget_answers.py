@@ -3,7 +3,8 @@
 ``claim_next``'s ``deferred`` entries, a pending job's derived ``admission``
 (reason ``budget_exhausted``, or ``budget_paused`` with the pause's
 ``pause_reason`` while a pause holds the budget),
-a claimed job's tokens left, and the instant a budget can next pay. Read-only:
+a claimed job's tokens left, the instant a budget can next pay, and whether a
+dead job's budgets can still pay for it. Read-only:
 they change nothing (the mixin of :class:`~daemon.admission.budget_gate.BudgetGate`).
 """
 
@@ -13,7 +14,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from actors import lifecycle as lc
+from actors.bindings import bindings
 from actors.budgets import Budget, Budgets
+from actors.errors import Refused
 from actors.lending import RESERVED
 from daemon.store.interface import JobRow
 
@@ -121,6 +124,30 @@ class BudgetAnswers:
                         "next_eligible_at": at, "exact": exact, "budget": budget.key,
                         **_paused(budget, now_ms)}  # fmt: skip
         return {"state": "admitted", "reason": None, "next_eligible_at": None, "exact": True}
+
+    def claimed_admission(self, row: JobRow, now_ms: int) -> dict[str, Any] | None:
+        """``admission`` of a successful claim: each budget's tokens left."""
+        resolved = self._resolve(row.namespace, row.budgets)
+        if not resolved:
+            return None
+        return {"budgets": [{"key": b.key, "available": b.pool.available(now_ms)}
+                            for b, _c in resolved]}  # fmt: skip
+
+    def check_payable(self, row: JobRow) -> None:
+        """Before a dead job comes back: ``conflict`` if a budget of it is gone or
+        can no longer pay its cost (it would wait for ever)."""
+        namespace, job_id = row.namespace, row.id
+        for key, cost in bindings(row.budgets):
+            budget = self.budgets.get((namespace, key))
+            if budget is None:
+                raise Refused(
+                    "conflict", f"job {job_id!r} is bound to budget {key!r}, which no longer exists"
+                )
+            if cost > budget.spec.max_cost():
+                raise Refused(
+                    "conflict", f"job {job_id!r} costs {cost} on budget {key!r}, "
+                    f"which can pay at most {budget.spec.max_cost()}",
+                )  # fmt: skip
 
 
 def reserved_for_others(budget: Budget, row: JobRow, cost: int, now_ms: int) -> bool:

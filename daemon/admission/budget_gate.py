@@ -25,14 +25,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from actors import lifecycle as lc
 from actors.bindings import SETTLED_MARK, bindings, cost_for, settled
 from actors.budgets import Budget, Budgets
 from actors.clock import Clock
 from actors.due import Due, DueActor
-from actors.errors import Refused
 from actors.shadow import ALLOWED, BLOCKED, BUDGET, WOULD_BLOCK
 from daemon import failpoints
 from daemon.admission.budget_answers import BudgetAnswers
@@ -366,22 +365,6 @@ class BudgetGate(BudgetAnswers, BudgetRelease, BudgetGroups):
             return tx.store.budgets.bound(budget.namespace, budget.key)
         return budget.bound
 
-    def check_payable(self, row: JobRow) -> None:
-        """Before a dead job comes back: ``conflict`` if a budget of it is gone or
-        can no longer pay its cost (it would wait for ever)."""
-        namespace, job_id = row.namespace, row.id
-        for key, cost in bindings(row.budgets):
-            budget = self.budgets.get((namespace, key))
-            if budget is None:
-                raise Refused(
-                    "conflict", f"job {job_id!r} is bound to budget {key!r}, which no longer exists"
-                )
-            if cost > budget.spec.max_cost():
-                raise Refused(
-                    "conflict", f"job {job_id!r} costs {cost} on budget {key!r}, "
-                    f"which can pay at most {budget.spec.max_cost()}",
-                )  # fmt: skip
-
     def unparked_by_fold(self, tx: Tx, before: JobRow) -> None:
         """A parked job was folded (debounce) back to scheduled: it is no longer parked."""
         key = before.parked_on
@@ -391,16 +374,6 @@ class BudgetGate(BudgetAnswers, BudgetRelease, BudgetGroups):
             queue = (before.namespace, before.queue)
             self._count_parked(tx, budget, queue, cost, -1)
             budget.head_is(None)
-
-    def claimed_admission(self, row: JobRow, now_ms: int) -> dict[str, Any] | None:
-        """``admission`` of a successful claim: each budget's tokens left."""
-        resolved = self._resolve(row.namespace, row.budgets)
-        if not resolved:
-            return None
-        return {"budgets": [{"key": b.key, "available": b.pool.available(now_ms)}
-                            for b, _c in resolved]}  # fmt: skip
-
-    # -- releasing parked jobs --------------------------------------------------
 
 
 def _change_bound(tx: Tx, budget: Budget, cost: int, n: int) -> None:
