@@ -98,7 +98,7 @@ def decode_documents(name: str, made: Any) -> None:
 def _change(change: dict[str, Any]) -> None:
     """A ``what_if`` change: its verb's arguments, structured and decoded the same way."""
     op = change.get("op")
-    if op not in PREVIEWS:
+    if not isinstance(op, str) or op not in PREVIEWS:  # the verb refuses it (change.op)
         return
     args = {k: v for k, v in change.items() if k not in ("op", "namespace")}
     made = refusal_only(lambda: structure(args, VERBS[op].args))
