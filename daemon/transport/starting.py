@@ -15,7 +15,9 @@ unanswered, for as long as the database stays away. Meanwhile:
 
 Once the store is open, :meth:`Starting.stop` stops accepting, closes the
 connections it answered (a client reconnects, as after a restart) and ends its
-HTTP server; the daemon's own servers then take the same listeners.
+HTTP server; the daemon's own servers then take the same listeners. Until then
+SIGTERM or SIGINT stops the start cleanly, and SIGHUP is logged and ignored
+(the daemon's own handlers are installed once it serves).
 """
 
 from __future__ import annotations
