@@ -37,10 +37,12 @@ def describe(exc: BaseException, path: str = "") -> list[tuple[str, str]]:
     if isinstance(exc, ForbiddenExtraKeysError):
         known = [a.name for a in attrs.fields(exc.cl)] if attrs.has(exc.cl) else []
         out = []
-        for key in sorted(exc.extra_fields):
-            hint = difflib.get_close_matches(key, known, n=1)
+        # A msgpack map may have non-string keys (bytes, numbers): named by repr.
+        for key in sorted(exc.extra_fields, key=repr):
+            name = key if isinstance(key, str) else repr(key)
+            hint = difflib.get_close_matches(name, known, n=1)
             more = f"; did you mean {hint[0]!r}?" if hint else ""
-            out.append((join(path, key), f"unknown field {key!r}{more}"))
+            out.append((join(path, name), f"unknown field {key!r}{more}"))
         return out
     if isinstance(exc, (ClassValidationError, IterableValidationError)):
         out = []

@@ -194,6 +194,13 @@ def test_http_bad_bodies(daemon, connect):
             body = msgpack.packb({"queue": "q", "type": "t", "payload": payload})
             r = http.post("/jobs", content=body, headers={"content-type": "application/msgpack"})
             assert r.status_code == 422 and r.json()["field"] == "payload", r.text
+        # ... and map keys that are not strings, beside strings (found by the fuzzer):
+        # unknown fields, named by repr, not a 500 from sorting them (it was one).
+        body = msgpack.packb({"queue": "q", "type": "t", b"": "x", "a\x01tion": 5})
+        r = http.post("/v1/ops/enqueue", content=body,
+                      headers={"content-type": "application/msgpack"})  # fmt: skip
+        assert r.status_code == 422 and r.json()["code"] == "invalid_argument", r.text
+        assert "unknown field" in r.json()["error"], r.text
         r = http.post("/v1/ops/subscribe", json={"queues": ["q"]})  # socket only
         assert r.status_code == 422 and r.json()["code"] == "invalid_argument"
         health = http.get("/healthz").json()
