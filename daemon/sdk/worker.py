@@ -208,13 +208,10 @@ class Worker:
                         wait_ms=self.wait_ms,
                         lease_ms=self.lease_ms,
                     )
-                except Unavailable as exc:
+                except (Unavailable, ConnectionLost) as exc:
                     if isinstance(exc, ShuttingDown):
                         raise
-                    outage = await self._wait_out(exc, outage)
-                    continue
-                except ConnectionLost as exc:
-                    outage = await self._reconnect(exc, outage)
+                    outage = await self._ride_out(exc, outage)
                     continue
             self._claim_scope = None
             if claimed is None:  # the claim was cancelled: a stop
@@ -235,40 +232,35 @@ class Worker:
                 pause = min(MAX_IDLE_PAUSE, max(0.05, pause * 2))
                 await trio.sleep(pause)
 
-    async def _wait_out(
-        self, exc: Unavailable, outage: tuple[float, int] | None
+    async def _ride_out(
+        self, exc: Unavailable | ConnectionLost, outage: tuple[float, int] | None
     ) -> tuple[float, int]:
-        """Wait before claiming again after ``unavailable`` (a store that cannot
-        write, or a daemon whose database is not open yet): the claim wrote
-        nothing, so a consumer keeps its place, as through a 429. The wait is the
-        client's retry policy's for that attempt: the daemon's ``retry_after``, or
-        a backoff from 0.5 s doubling to 30 s, with its jitter."""
-        since, attempt = outage if outage else (trio.current_time(), 0)
-        wait = self.client.retry.delay(attempt + 1, exc.retry_after)
-        if outage is None:
-            log.warning("claims refused: %s; claiming again in %.1f s", exc.message, wait)
-        await trio.sleep(wait)  # in the claim's scope: stop() ends the wait
-        return since, attempt + 1
+        """One step through an outage of claims; the outage's ``(since, attempts)``.
 
-    async def _reconnect(
-        self, exc: ConnectionLost, outage: tuple[float, int] | None
-    ) -> tuple[float, int]:
-        """The connection was lost (a daemon restarted, say): open it again, after
-        the retry policy's backoff while the socket does not answer. What the
-        claim in flight may have taken comes back when its lease lapses. A client
-        that cannot reopen (over a caller's stream, subscribed) ends the worker."""
+        ``unavailable`` (a store that cannot write, a daemon whose database is not
+        open yet) wrote nothing, so a consumer keeps its place, as through a 429:
+        wait, then claim again. A lost connection (a daemon restarted) is opened
+        again at once, or, while the socket does not answer, after a wait; what
+        the claim in flight may have taken comes back when its lease lapses. The
+        wait is the client's retry policy's for that attempt: the daemon's
+        ``retry_after``, or a backoff from 0.5 s doubling to 30 s, jittered. A
+        client that cannot reopen (over a caller's stream, subscribed) ends the
+        worker.
+        """
         since, attempt = outage if outage else (trio.current_time(), 0)
         if outage is None:
-            log.warning("claims lost the connection: %s; reconnecting", exc.message)
-        try:
-            await self.client.reconnect()
-        except ConnectionLost as failed:
-            if not self.client.reopenable:
-                raise
-            wait = self.client.retry.delay(attempt + 1)
-            log.debug("reconnect failed: %s; again in %.1f s", failed.message, wait)
-            await trio.sleep(wait)  # in the claim's scope: stop() ends the wait
-        return since, attempt + 1
+            what = "refused" if isinstance(exc, Unavailable) else "lost the connection"
+            log.warning("claims %s: %s; trying again", what, exc.message)
+        if isinstance(exc, ConnectionLost):
+            try:
+                await self.client.reconnect()
+                return since, attempt + 1
+            except ConnectionLost as failed:
+                if not self.client.reopenable:
+                    raise
+                exc = failed
+        await trio.sleep(self.client.retry.delay(attempt + 1, exc.retry_after))
+        return since, attempt + 1  # the sleep is in the claim's scope: stop() ends it
 
     async def _run_job(self, job: TrioJob) -> None:
         try:
