@@ -241,6 +241,13 @@ class Namespaces:
         actor = self._actors.get(namespace)
         return actor if actor is not None else NamespaceActor(namespace)
 
+    def unlimited(self, namespace: str) -> bool:
+        """True when ``namespace`` has no quota document, nor a broken one: no
+        door limit, quota or hold applies to it, so admission skips their steps
+        (the common case, asked once per call)."""
+        actor = self._actors.get(namespace)
+        return actor is None or (actor.quota is None and actor.broken is None)
+
     def known(self) -> list[NamespaceActor]:
         """Every actor made so far."""
         return list(self._actors.values())

@@ -69,7 +69,7 @@ def prepare(
             namespace = target
     if door and verb.name != "hello":
         core.door.request(namespace)  # one token per authenticated request
-    if verb.grants and not any(session.has(g) for g in verb.grants):
+    if verb.grants and not session.has_any(verb.grants):
         raise Refused("forbidden", f"this token is not granted {verb.name!r}")
     small = _minimal_asked(verb.name, args)
     parsed = structure(args, verb.args)

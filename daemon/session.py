@@ -34,6 +34,11 @@ class Session:
         """True if the session holds ``grant`` (``operator`` holds them all)."""
         return grant in self.grants or "operator" in self.grants
 
+    def has_any(self, grants: tuple[str, ...]) -> bool:
+        """True if the session holds one of ``grants`` (one call per request,
+        where :meth:`has` per grant would be several)."""
+        return "operator" in self.grants or not self.grants.isdisjoint(grants)
+
     def in_scope(self, queue: str) -> bool:
         """True if ``queue`` matches one of the session's queue patterns."""
         for pattern in self.queues:  # a loop, not any(genexpr): called once per job

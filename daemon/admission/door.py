@@ -169,7 +169,8 @@ class Door:
 
     def request(self, namespace: str) -> None:
         """One authenticated request of ``namespace`` (after auth, before the verb)."""
-        self._charge(namespace, "request_rate", 1)
+        if not self._namespaces.unlimited(namespace):
+            self._charge(namespace, "request_rate", 1)
         if self._buckets:  # with none (no door limits anywhere) the clock is not read
             self._sweep(self._clock.now_ms())
 

@@ -84,6 +84,8 @@ class Admission:
     def enqueue(self, namespace: str, payloads: list[Any], queues: set[str]) -> list[str] | None:
         """The door's checks of an enqueue call, before its write: the payloads'
         JSON texts when the size cap measured them."""
+        if self._namespaces.unlimited(namespace):
+            return None  # no door limit to measure or count against
         texts = self.door.enqueue(namespace, payloads)
         self.door.new_queues(namespace, queues)
         return texts
@@ -123,7 +125,9 @@ class Admission:
                 state = job.state if job is not None else "gone"
                 raise Refused("conflict", f"job {job_id!r} is {state}", job_status=state)
             queues = [job.queue]
-        room = self.quotas.claim_room(namespace, want)
+        # Without a quota the namespace's room is ``want``, and nothing is counted.
+        limited = not self._namespaces.unlimited(namespace)
+        room = self.quotas.claim_room(namespace, want) if limited else want
         policies = self.policies
         # Policy queues admit what their windows and slots allow; the others are
         # uncapped (and pay one dictionary lookup each).
@@ -143,10 +147,12 @@ class Admission:
             )
         if not rows:
             return NOTHING
-        self.quotas.claimed(tx, namespace, len(rows))
+        if limited:
+            self.quotas.claimed(tx, namespace, len(rows))
         headrooms = policies.claimed(tx, rows) if caps or policies.shadows else {}
-        n, door = len(rows), self.door  # deliveries debit the message bucket after the fact
-        tx.after(lambda: door.delivered(namespace, n))
+        if limited:  # deliveries debit the message bucket after the fact
+            n, door = len(rows), self.door
+            tx.after(lambda: door.delivered(namespace, n))
         return Claimed(rows, headrooms)
 
     def _group_read(self, tx: Tx, namespace: str, queues: list[str]) -> Read | None:

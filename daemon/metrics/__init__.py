@@ -146,6 +146,7 @@ class Metrics:
         self.per_daemon = DaemonGauges(daemon)
         r.register(self.per_daemon)
         self._children: dict[tuple[Counter | Histogram, str], Any] = {}
+        self._values: dict[tuple[Counter, str], Any] = {}
         self.lag_samples: deque[float] = deque(maxlen=100_000)
         self._gauges: Gauges | None = None
 
@@ -182,6 +183,18 @@ class Metrics:
             child = self._children[key] = metric.labels((labels or self.label)(queue))
         return child
 
+    def _count(self, metric: Counter, queue: str) -> Any:
+        """``metric``'s per-queue counter to ``inc``: the child's value holder
+        itself where the client has one. Its ``inc`` is one call where the
+        child's is four (checks of the metric's kind and of the amount's sign,
+        which these counts never fail), and jobs pay them several times each."""
+        key = (metric, queue)
+        value = self._values.get(key)
+        if value is None:
+            child = self._child(metric, queue)
+            value = self._values[key] = getattr(child, "_value", child)
+        return value
+
     def group_claimed(self, queue: str, group: str, n: int) -> None:
         """``n`` claims of ``group`` in a group-aware queue."""
         self._group_claims.labels(self.label(queue), self.group_label(group)).inc(n)
@@ -200,7 +213,7 @@ class Metrics:
 
     def admission_charged(self, queue: str, n: int) -> None:
         """``n`` claims of ``queue`` were charged to its policy's window."""
-        self._child(self._charged, queue).inc(n)
+        self._count(self._charged, queue).inc(n)
 
     def admission_refused(self, queue: str, reason: str) -> None:
         """A claim on ``queue`` was refused by its admission policy for ``reason``."""
@@ -237,22 +250,22 @@ class Metrics:
 
     def enqueued(self, queue: str, state: str, n: int = 1) -> None:
         """``n`` jobs were enqueued (in ``state``: dead when shed)."""
-        self._child(self._enqueued, queue).inc(n)
+        self._count(self._enqueued, queue).inc(n)
         if state == "dead":
-            self._child(self._dead, queue).inc(n)
+            self._count(self._dead, queue).inc(n)
 
     def moved(self, queue: str, source: str, target: str, n: int = 1) -> None:
         """``n`` jobs of ``queue`` went from ``source`` to ``target``."""
         if target == "running":
-            self._child(self._claimed, queue).inc(n)
+            self._count(self._claimed, queue).inc(n)
         elif target == "completed":
-            self._child(self._completed, queue).inc(n)
+            self._count(self._completed, queue).inc(n)
         elif target == "dead":
-            self._child(self._dead, queue).inc(n)
+            self._count(self._dead, queue).inc(n)
 
     def failed(self, queue: str) -> None:
         """A worker reported a failure, or a lease lapsed."""
-        self._child(self._failed, queue).inc()
+        self._count(self._failed, queue).inc(1)
 
     def observe_lag(self, seconds: float) -> None:
         """One sample of event-loop lag."""
@@ -287,9 +300,14 @@ class Metrics:
         bounds = getattr(child, "_upper_bounds", None)
         buckets = getattr(child, "_buckets", None)
         total = getattr(child, "_sum", None)
-        if bounds is None or buckets is None or total is None or len(waits) < 4:
+        if bounds is None or buckets is None or total is None:
             for seconds in waits:  # a prometheus-client without those internals
                 child.observe(seconds)
+            return
+        if len(waits) < 4:  # a claim of a few jobs (one, most often): two increments each
+            for seconds in waits:
+                total.inc(seconds)
+                buckets[bisect_left(bounds, seconds)].inc(1)  # the first bound >= seconds
             return
         hits = [0] * len(bounds)
         for seconds in waits:

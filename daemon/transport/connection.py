@@ -167,7 +167,7 @@ class Connection:
         """
         while True:
             try:
-                await trio.lowlevel.wait_readable(self.stream.socket)
+                await trio.lowlevel.wait_readable(self.fd)  # the int: no fileno() call
                 return os.read(self.fd, RECEIVE_BYTES)
             except BlockingIOError:
                 continue

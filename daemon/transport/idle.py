@@ -19,12 +19,15 @@ from collections.abc import Callable
 
 import trio
 
+from actors.clock import monotonic_reader
+
 
 class IdleSweeper:
     """Closes connections that stay idle for ``timeout_s`` (0: never)."""
 
     def __init__(self, timeout_s: float) -> None:
         self.timeout_s = timeout_s
+        self._now = monotonic_reader()  # read at every request's end
         #: Idle connections' close callbacks, oldest first, with when they went idle.
         self._idle: dict[object, tuple[float, Callable[[], None]]] = {}
         self._first = trio.Event()
@@ -34,7 +37,7 @@ class IdleSweeper:
         if self.timeout_s <= 0:
             return
         self._idle.pop(conn, None)  # to the end: the order is the order of idling
-        self._idle[conn] = (trio.current_time(), close)
+        self._idle[conn] = (self._now(), close)
         if len(self._idle) == 1:
             self._first.set()
 
@@ -52,7 +55,7 @@ class IdleSweeper:
                 continue
             conn, (since, close) = next(iter(self._idle.items()))
             due = since + self.timeout_s
-            if trio.current_time() < due:
+            if self._now() < due:
                 # Woken early for nothing if ``conn`` gets work meanwhile: at most
                 # once per connection per timeout.
                 await trio.sleep_until(due)

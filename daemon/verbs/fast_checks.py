@@ -180,13 +180,15 @@ def fast_enqueue(cls: type) -> Check:
         lease_ms, unique_key = get("lease_ms"), get("unique_key")
         debounce_ms, budgets = get("debounce_ms"), get("budgets")
         group = get("group")
+        # An absent field is its default, known good: no call checks it (most
+        # enqueues give a queue, a type and a payload only).
         if not (
-            _int(priority, *PRIORITY)
-            and _int(max_attempts, *MAX_ATTEMPTS)
-            and _opt_int(delay_ms, 0, MAX_DURATION_MS)
-            and _opt_int(ready_at, 0, MAX_INSTANT_MS)
+            (priority is DEFAULT_PRIORITY or _int(priority, *PRIORITY))
+            and (max_attempts is DEFAULT_MAX_ATTEMPTS or _int(max_attempts, *MAX_ATTEMPTS))
+            and (delay_ms is None or _int(delay_ms, 0, MAX_DURATION_MS))
+            and (ready_at is None or _int(ready_at, 0, MAX_INSTANT_MS))
             and (delay_ms is None or ready_at is None)
-            and _opt_int(lease_ms, *LEASE_MS)
+            and (lease_ms is None or _int(lease_ms, *LEASE_MS))
             and (unique_key is None or _text(unique_key, UNIQUE_KEY_LEN))
             and (
                 debounce_ms is None

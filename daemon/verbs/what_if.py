@@ -113,7 +113,7 @@ def what_if(core: Services, call: Call, a: WhatIfArgs) -> Plan:
     if "namespace" in change:
         raise invalid("change.namespace", "name the namespace on what_if itself, not in change")
     real = VERBS[op]
-    if not any(call.session.has(g) for g in real.grants):
+    if not call.session.has_any(real.grants):
         raise Refused("forbidden", f"this token is not granted {op!r}")
     args = {k: v for k, v in change.items() if k != "op"}
     try:
