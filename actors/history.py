@@ -124,23 +124,28 @@ class Durations:
         self._started: dict[str, int] = {}
         self._series: OrderedDict[Key, deque[int]] = OrderedDict()
 
-    def claimed(self, job_id: str, now_ms: int) -> None:
-        """Job ``job_id`` started running at ``now_ms``."""
-        if len(self._started) < MAX_RUNNING:
-            self._started[job_id] = now_ms
+    def claimed(self, job_ids: Iterable[str], now_ms: int) -> None:
+        """Jobs ``job_ids`` started running at ``now_ms`` (one call per claim, not per job)."""
+        started = self._started
+        for job_id in job_ids:
+            if len(started) >= MAX_RUNNING:
+                return
+            started[job_id] = now_ms
 
-    def left(self, key: Key, job_id: str, now_ms: int, completed: bool) -> None:
-        """Job ``job_id`` of queue ``key`` left running; a completion is timed."""
-        started = self._started.pop(job_id, None)
-        if started is None or not completed:
-            return
-        series = self._series.get(key)
-        if series is None:
-            series = self._series[key] = deque(maxlen=RUNS)
-            _bound(self._series)
-        else:
-            self._series.move_to_end(key)
-        series.append(max(0, now_ms - started))
+    def left(self, jobs: Iterable[tuple[str, Key]], now_ms: int, completed: bool) -> None:
+        """Jobs ``(job_id, queue key)`` left running; completions are timed."""
+        started_at, series_of = self._started, self._series
+        for job_id, key in jobs:
+            started = started_at.pop(job_id, None)
+            if started is None or not completed:
+                continue
+            series = series_of.get(key)
+            if series is None:
+                series = series_of[key] = deque(maxlen=RUNS)
+                _bound(series_of)
+            else:
+                series_of.move_to_end(key)
+            series.append(max(0, now_ms - started))
 
     def median(self, key: Key) -> tuple[int, int] | None:
         """The median run time of queue ``key`` in ms and how many it is taken

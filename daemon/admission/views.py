@@ -117,10 +117,9 @@ class Views:
 
         def effect() -> None:
             waits: dict[QueueKey, list[float]] = {}
-            durations = self.history.durations
+            self.remember_running(rows)
+            self.history.durations.claimed([row.id for row in rows], now)
             for row in rows:
-                self.remember_running(row)
-                durations.claimed(row.id, now)
                 key = (row.namespace, row.queue)
                 waits.setdefault(key, []).append(max(0, now - row.ready_at) / 1000)
             for key, seconds in waits.items():  # counted once per queue, not per job
@@ -172,10 +171,11 @@ class Views:
         now, completed = tx.now_ms, event == "complete"
 
         def effect() -> None:
-            durations = self.history.durations
-            for job_id, key in ids:
-                self.running.pop(job_id, None)
-                durations.left(key, job_id, now, completed)
+            running = self.running
+            for job_id, _key in ids:
+                running.pop(job_id, None)
+            if ids:
+                self.history.durations.left(ids, now, completed)
             for (key, target), n in per_key.items():
                 self.counts.move(key, source, target, n)
                 self.metrics.moved(key[1], source, target, n)
@@ -198,10 +198,12 @@ class Views:
 
     # -- the running-jobs map ----------------------------------------------------
 
-    def remember_running(self, row: JobRow) -> None:
-        """Keep a running job's row in :attr:`running` (within the bounds)."""
-        if len(self.running) < RUNNING_CACHE_MAX and len(row.payload) <= RUNNING_CACHE_PAYLOAD:
-            self.running[row.id] = row
+    def remember_running(self, rows: Sequence[JobRow]) -> None:
+        """Keep running jobs' rows in :attr:`running` (within the bounds)."""
+        running = self.running
+        for row in rows:
+            if len(running) < RUNNING_CACHE_MAX and len(row.payload) <= RUNNING_CACHE_PAYLOAD:
+                running[row.id] = row
 
     def extended(self, tx: Tx, rows: Sequence[JobRow]) -> None:
         """A heartbeat moved a running job's lease expiry."""

@@ -128,12 +128,11 @@ def _job_answer(row: JobRow) -> dict[str, Any]:
 def _claimed(core: Services, claimed: Claimed) -> dict[str, Any]:
     """The answer of a successful claim: each job with its ``admission`` (a policy's
     headroom, budgets' tokens left), or ``null`` when nothing limits it."""
-    now = core.clock.now_ms()
-    admission = core.admission.claimed_admission
-    jobs = [
-        {"job": to_wire(row), "admission": admission(row, claimed.headrooms, now)}
-        for row in claimed.rows
-    ]
+    headrooms, rows = claimed.headrooms, claimed.rows
+    if not headrooms and all(row.budgets is None for row in rows):  # nothing limits them
+        return {"jobs": [{"job": to_wire(row), "admission": None} for row in rows], "empty": False}
+    now, admission = core.clock.now_ms(), core.admission.claimed_admission
+    jobs = [{"job": to_wire(r), "admission": admission(r, headrooms, now)} for r in rows]
     return {"jobs": jobs, "empty": False}
 
 
@@ -332,7 +331,7 @@ def complete_many(core: Services, call: Call, a: CompleteManyArgs) -> Plan:
         for i, c in enumerate(a.jobs):
             try:
                 row = _leased(core, call, tx, c.job_id, c.lease)
-                settled = settled_bindings(core.budgets, row, c.cost)
+                settled = settled_bindings(core.budgets, row, c.cost) if c.cost else None
             except Refused as refused:  # this job only: nothing of it is written
                 outcome[i]["error"] = refused.to_wire()
                 continue

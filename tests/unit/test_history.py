@@ -56,11 +56,20 @@ def test_run_times_count_completions_only_and_are_bounded(monkeypatch):
     monkeypatch.setattr(history, "RUNS", 3)
     runs = history.Durations()
     for i, ms in enumerate((50, 10, 30, 20, 40)):
-        runs.claimed(f"j{i}", 1000)
-        runs.left(("ns", "q"), f"j{i}", 1000 + ms, completed=True)
+        runs.claimed([f"j{i}"], 1000)
+        runs.left([(f"j{i}", ("ns", "q"))], 1000 + ms, completed=True)
     assert runs.median(("ns", "q")) == (30, 3)  # the last three: 30, 20, 40
-    runs.claimed("failed", 0)
-    runs.left(("ns", "q"), "failed", 10_000, completed=False)
-    runs.left(("ns", "q"), "never-claimed", 10_000, completed=True)  # claimed before a start
+    runs.claimed(["failed"], 0)
+    runs.left([("failed", ("ns", "q"))], 10_000, completed=False)
+    runs.left([("never-claimed", ("ns", "q"))], 10_000, completed=True)  # claimed before a start
     assert runs.median(("ns", "q")) == (30, 3)
     assert runs.median(("ns", "other")) is None
+
+
+def test_a_claim_of_many_times_each_job_and_the_started_map_stays_bounded(monkeypatch):
+    monkeypatch.setattr(history, "MAX_RUNNING", 2)
+    runs = history.Durations()
+    runs.claimed(["a", "b", "c"], 1000)  # c is past the bound: never timed
+    left = [("a", ("ns", "q")), ("b", ("ns", "q")), ("c", ("ns", "q"))]
+    runs.left(left, 1300, completed=True)
+    assert runs.median(("ns", "q")) == (300, 2)
