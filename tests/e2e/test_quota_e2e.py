@@ -471,3 +471,25 @@ def test_the_cli_honours_retry_after_and_then_succeeds(daemon):
                                   "trying again in ")  # fmt: skip
     delay = float(proc.stderr.split("trying again in ")[1].split()[0])
     assert 0.8 <= delay <= 2.4  # Retry-After 1 or 2 s (by the time it asks), ±20% jitter
+
+
+def test_a_quota_set_while_work_runs_unlimited_applies_at_the_next_call(daemon):
+    """A namespace without a quota skips the door and quota steps (one lookup per
+    call); a document set mid-traffic must hold from the very next call, and a
+    clear must lift it."""
+    with daemon.client() as c:
+        c.ok("enqueue_many", jobs=[job() for _ in range(4)])
+        first = c.ok("claim_next", queues=["q"], max=1)["jobs"][0]["job"]  # unlimited: taken
+        ok(daemon, "quota", "set", "--max-running", "1")
+        empty = c.ok("claim_next", queues=["q"], max=2)  # 1 running already: none more
+        assert empty["jobs"] == [] and empty["deferred"][0]["reason"] == "running_full"
+        c.ok("complete", job_id=first["id"], lease=first["lease"])
+        assert len(c.ok("claim_next", queues=["q"], max=2)["jobs"]) == 1  # the cap, not 2
+        ok(daemon, "quota", "clear")
+        assert len(c.ok("claim_next", queues=["q"], max=2)["jobs"]) == 2  # unlimited again
+        # A door limit set now holds at once too (last: it would also hold the CLI back).
+        ok(daemon, "quota", "set", "--request-rate", "2,0.001")
+        c.ok("list", status="pending")
+        c.ok("list", status="pending")
+        refused = c.error("list", status="pending")  # the bucket of 2 is spent: 429
+        assert refused["code"] == "rate_limited" and refused["limit"] == "request_rate"
