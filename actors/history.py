@@ -26,7 +26,7 @@ from __future__ import annotations
 import statistics
 from collections import OrderedDict, deque
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from actors.budgets import Budget
@@ -127,25 +127,37 @@ class Durations:
     def claimed(self, job_ids: Iterable[str], now_ms: int) -> None:
         """Jobs ``job_ids`` started running at ``now_ms`` (one call per claim, not per job)."""
         started = self._started
-        for job_id in job_ids:
-            if len(started) >= MAX_RUNNING:
-                return
-            started[job_id] = now_ms
+        ids = list(job_ids)
+        room = MAX_RUNNING - len(started)
+        if room < len(ids):
+            ids = ids[: max(room, 0)]
+        started.update(dict.fromkeys(ids, now_ms))  # one C loop for the claim
 
     def left(self, jobs: Iterable[tuple[str, Key]], now_ms: int, completed: bool) -> None:
         """Jobs ``(job_id, queue key)`` left running; completions are timed."""
-        started_at, series_of = self._started, self._series
+        pop, series_of = self._started.pop, self._series
+        if not completed:
+            for job_id, _key in jobs:
+                pop(job_id, None)
+            return
+        # The jobs of one call are mostly of one queue: its series is looked up
+        # (and marked recent) once per run of equal keys, not once per job.
+        last: Key | None = None
+        append: Any = None
         for job_id, key in jobs:
-            started = started_at.pop(job_id, None)
-            if started is None or not completed:
+            started = pop(job_id, None)
+            if started is None:
                 continue
-            series = series_of.get(key)
-            if series is None:
-                series = series_of[key] = deque(maxlen=RUNS)
-                _bound(series_of)
-            else:
-                series_of.move_to_end(key)
-            series.append(max(0, now_ms - started))
+            if key != last:
+                series = series_of.get(key)
+                if series is None:
+                    series = series_of[key] = deque(maxlen=RUNS)
+                    _bound(series_of)
+                else:
+                    series_of.move_to_end(key)
+                last, append = key, series.append
+            ran = now_ms - started
+            append(ran if ran > 0 else 0)
 
     def median(self, key: Key) -> tuple[int, int] | None:
         """The median run time of queue ``key`` in ms and how many it is taken
