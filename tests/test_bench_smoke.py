@@ -47,6 +47,12 @@ def test_inprocess_runs_both_phases_to_the_end():
     assert medians == ["single", "batched"]
 
 
+def test_verb_costs_runs_every_verb_to_the_end():
+    out = _run("bench/verb_costs.py", "--rounds", "3", "--batch", "20", "--repeat", "1")
+    (median,) = [line for line in out.splitlines() if "median:" in line]
+    assert all(verb in median for verb in ("enqueue_many", "claim_next", "complete_many"))
+
+
 @pytest.mark.postgres
 def test_cluster_runs_its_three_measurements(tmp_path, postgres_server):
     """bench/cluster.py, each subcommand at its smallest, on the session's server."""
