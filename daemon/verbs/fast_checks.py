@@ -49,8 +49,26 @@ Factory = Callable[[type], Check | None]
 #: The hot verbs' fast checks by argument class (:func:`register_fast`).
 FAST: dict[type, Check] = {}
 
-_new = object.__new__
-_set = object.__setattr__
+
+def _maker(cls: type) -> Callable[..., Any]:
+    """``make(**fields)``: an instance of the slotted attrs class ``cls``, every
+    field set straight through its slot, as the checks vouch for the values.
+
+    No ``__init__`` (its validators are what the checks replace), and no
+    ``object.__setattr__``, which looks each name up again: a generated
+    function calls each slot's setter, about 0.25 µs less per enqueued job
+    (attrs compiles its ``__init__`` the same way). A field left out, or one
+    the class does not have, is a TypeError at the first call.
+    """
+    names = [field.name for field in attrs.fields(cls)]
+    body = "".join(f"    set_{name}(made, {name})\n" for name in names)
+    source = f"def make(*, {', '.join(names)}):\n    made = new(cls)\n{body}    return made\n"
+    scope: dict[str, Any] = {"new": object.__new__, "cls": cls}
+    for name in names:
+        scope[f"set_{name}"] = cls.__dict__[name].__set__  # the slot's member descriptor
+    exec(compile(source, f"<fast make {cls.__qualname__}>", "exec"), scope)
+    return scope["make"]  # type: ignore[no-any-return]
+
 
 #: Names seen valid (bounded): a set lookup instead of a regex match per job.
 _NAMES: set[str] = set()
@@ -139,6 +157,7 @@ def _binding_check(cls: type) -> Callable[[Any], list[Any] | None] | None:
     (item_cls,) = typing.get_args(typing.get_args(hint)[0])
     if tuple(f.name for f in attrs.fields(item_cls)) != _BINDING:
         return None
+    make_binding = _maker(item_cls)
 
     def check(value: Any) -> list[Any] | None:
         if type(value) is not list or not 0 < len(value) <= MAX_BINDINGS:
@@ -151,11 +170,7 @@ def _binding_check(cls: type) -> Callable[[Any], list[Any] | None] | None:
             if not (_name(key) and _int(cost, 1, MAX_TOKENS)) or key in seen:
                 return None
             seen.add(key)
-            binding = _new(item_cls)
-            _set(binding, "key", key)
-            _set(binding, "cost", cost)
-            _set(binding, "create_with", None)
-            made.append(binding)
+            made.append(make_binding(key=key, cost=cost, create_with=None))
         return made
 
     return check
@@ -165,6 +180,7 @@ def _binding_check(cls: type) -> Callable[[Any], list[Any] | None] | None:
 def fast_enqueue(cls: type) -> Check:
     """The check of one job of ``enqueue``/``enqueue_many``, made as ``cls``."""
     check_bindings = _binding_check(cls)
+    make = _maker(cls)
 
     def check(args: Any) -> Any:
         if type(args) is not dict or not args.keys() <= _ENQUEUE_KEYS:
@@ -208,20 +224,11 @@ def fast_enqueue(cls: type) -> Check:
             budgets = check_bindings(budgets)
             if budgets is None:
                 return None
-        made = _new(cls)
-        _set(made, "queue", queue)
-        _set(made, "type", type_)
-        _set(made, "payload", payload)
-        _set(made, "priority", priority)
-        _set(made, "delay_ms", delay_ms)
-        _set(made, "ready_at", ready_at)
-        _set(made, "max_attempts", max_attempts)
-        _set(made, "lease_ms", lease_ms)
-        _set(made, "unique_key", unique_key)
-        _set(made, "debounce_ms", debounce_ms)
-        _set(made, "budgets", budgets)
-        _set(made, "group", group)
-        return made
+        return make(
+            queue=queue, type=type_, payload=payload, priority=priority, delay_ms=delay_ms,
+            ready_at=ready_at, max_attempts=max_attempts, lease_ms=lease_ms,
+            unique_key=unique_key, debounce_ms=debounce_ms, budgets=budgets, group=group,
+        )  # fmt: skip
 
     return check
 
@@ -233,6 +240,7 @@ def _batch(cls: type, most: int) -> Check | None:
     item = FAST.get(item_cls)
     if item is None:
         return None
+    make = _maker(cls)
 
     def check(args: Any) -> Any:
         if type(args) is not dict or len(args) != 1:
@@ -246,9 +254,7 @@ def _batch(cls: type, most: int) -> Check | None:
             if made_job is None:
                 return None
             made_jobs.append(made_job)
-        made = _new(cls)
-        _set(made, "jobs", made_jobs)
-        return made
+        return make(jobs=made_jobs)
 
     return check
 
@@ -267,6 +273,7 @@ _QUEUES_LO, _QUEUES_HI = CLAIM_QUEUES
 @_written_for(*_CLAIM_NEXT)
 def fast_claim_next(cls: type) -> Check:
     """The check of ``claim_next``'s arguments, made as ``cls``."""
+    make = _maker(cls)
 
     def check(args: Any) -> Any:
         if type(args) is not dict or not args.keys() <= _CLAIM_NEXT_KEYS:
@@ -286,12 +293,7 @@ def fast_claim_next(cls: type) -> Check:
             and (lease_ms is None or _int(lease_ms, *LEASE_MS))
         ):
             return None
-        made = _new(cls)
-        _set(made, "queues", list(queues))
-        _set(made, "max", limit)
-        _set(made, "wait_ms", wait_ms)
-        _set(made, "lease_ms", lease_ms)
-        return made
+        return make(queues=list(queues), max=limit, wait_ms=wait_ms, lease_ms=lease_ms)
 
     return check
 
@@ -306,6 +308,7 @@ def fast_complete(cls: type) -> Check:
 
     A completion that settles costs (``cost``, rare) is left to the converter.
     """
+    make = _maker(cls)
 
     def check(args: Any) -> Any:
         if type(args) is not dict or not args.keys() <= _COMPLETE_KEYS:
@@ -319,12 +322,7 @@ def fast_complete(cls: type) -> Check:
             return None
         if args.get("cost") is not None:
             return None
-        made = _new(cls)
-        _set(made, "job_id", job_id)
-        _set(made, "lease", lease)
-        _set(made, "result", result)
-        _set(made, "cost", None)
-        return made
+        return make(job_id=job_id, lease=lease, result=result, cost=None)
 
     return check
 

@@ -18,6 +18,7 @@ from daemon.verbs.args import converter, structure
 from daemon.verbs.fast_checks import (
     _ENQUEUE,
     FAST,
+    _maker,
     fast_complete,
     fast_complete_many,
     register_fast,
@@ -157,3 +158,15 @@ def test_a_class_whose_fields_changed_keeps_the_converter_alone():
     register_fast(_GrownBatch, fast_complete_many)  # its items have no fast check
     assert _GrownComplete not in FAST and _GrownBatch not in FAST
     assert structure({"job_id": "j", "lease": "l", "extra": 1}, _GrownComplete).extra == 1
+
+
+def test_the_maker_sets_every_field_by_name_and_refuses_a_missing_or_unknown_one():
+    make = _maker(CompleteArgs)
+    made = make(job_id="j1", lease="l1", result={"ok": 1}, cost=None)
+    assert made == CompleteArgs(job_id="j1", lease="l1", result={"ok": 1}, cost=None)
+    with pytest.raises(TypeError):
+        make(job_id="j1", lease="l1", result=None)  # cost left out
+    with pytest.raises(TypeError):
+        make(job_id="j1", lease="l1", result=None, cost=None, extra=1)
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        made.lease = "other"  # still frozen
