@@ -28,7 +28,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-VERBS = ("enqueue_many", "claim_next", "complete_many")
+PHASES = {
+    "batched": ("enqueue_many", "claim_next", "complete_many"),
+    "single": ("enqueue", "claim_next", "complete"),
+}
 
 # The child: run from the tree on sys.path[0], print one JSON line.
 _CHILD = r"""
@@ -44,7 +47,7 @@ try:
 except ImportError:  # trees before the store package
     from daemon.store.database import open_database
 
-ROUNDS, BATCH = int(sys.argv[1]), int(sys.argv[2])
+ROUNDS, BATCH, SINGLE = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "single"
 
 async def main():
     with tempfile.TemporaryDirectory(prefix="sluice-verbs-") as directory:
@@ -56,7 +59,7 @@ async def main():
             gc.freeze()  # as daemon.main._settle_heap does
             gc.set_threshold(10_000, 10, 10)
             session = core.auth.new_session()
-            spent = dict.fromkeys(("enqueue_many", "claim_next", "complete_many"), 0.0)
+            spent = dict.fromkeys(VERBS, 0.0)
             clock = time.process_time
 
             def call(op, args):
@@ -70,6 +73,13 @@ async def main():
 
             n = finished = 0
             for _ in range(ROUNDS):
+                if SINGLE:  # one job at a time: enqueue, claim one, complete
+                    call("enqueue", {"queue": "q", "type": "b", "payload": {"n": n}})
+                    n += 1
+                    job = call("claim_next", {"queues": ["q"], "max": 1})["jobs"][0]["job"]
+                    call("complete", {"job_id": job["id"], "lease": job["lease"]})
+                    finished += 1
+                    continue
                 jobs = [{"queue": "q", "type": "b", "payload": {"n": n + i}} for i in range(BATCH)]
                 call("enqueue_many", {"jobs": jobs})
                 n += BATCH
@@ -83,15 +93,17 @@ async def main():
             root.cancel_scope.cancel()
         db.conn.close()
 
+VERBS = ("enqueue", "claim_next", "complete") if SINGLE else (
+    "enqueue_many", "claim_next", "complete_many")
 trio.run(main)
 """
 
 
-def run_tree(tree: Path, rounds: int, batch: int) -> dict[str, float]:
+def run_tree(tree: Path, rounds: int, batch: int, phase: str) -> dict[str, float]:
     """One run of the verbs from ``tree``: µs per job of each verb."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
     out = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(rounds), str(batch)],
+        [sys.executable, "-c", _CHILD, str(rounds), str(batch), phase],
         env=env,
         cwd=tree,
         check=True,
@@ -108,24 +120,26 @@ def main(argv: list[str] | None = None) -> int:
     """Run each tree ``--repeat`` times, interleaved; print runs and medians."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=300, help="enqueue/claim/complete rounds")
-    p.add_argument("--batch", type=int, default=100, help="jobs per call")
+    p.add_argument("--batch", type=int, default=100, help="jobs per call (batched)")
+    p.add_argument("--phase", choices=tuple(PHASES), default="batched")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--source", action="append", default=[], help="a tree (repeatable)")
     args = p.parse_args(argv)
     trees = [Path(s).resolve() for s in args.source] or [ROOT]
     print(f"python {sys.version.split()[0]}; {' '.join(sys.argv)}")
     runs: dict[Path, list[dict[str, float]]] = {tree: [] for tree in trees}
+    verbs = PHASES[args.phase]
     for round_ in range(args.repeat):
         order = trees if round_ % 2 == 0 else trees[::-1]
         for tree in order:
-            figures = run_tree(tree, args.rounds, args.batch)
+            figures = run_tree(tree, args.rounds, args.batch, args.phase)
             runs[tree].append(figures)
-            shown = "  ".join(f"{op} {figures[op]:5.2f}" for op in VERBS)
+            shown = "  ".join(f"{op} {figures[op]:5.2f}" for op in verbs)
             total = sum(figures.values())
             print(f"{tree.name:>12} run {round_ + 1}: {shown}  total {total:5.2f} µs/job")
     for tree in trees:
-        medians = {op: statistics.median(r[op] for r in runs[tree]) for op in VERBS}
-        shown = "  ".join(f"{op} {medians[op]:5.2f}" for op in VERBS)
+        medians = {op: statistics.median(r[op] for r in runs[tree]) for op in verbs}
+        shown = "  ".join(f"{op} {medians[op]:5.2f}" for op in verbs)
         total = statistics.median(sum(r.values()) for r in runs[tree])
         print(f"{tree.name:>12} median: {shown}  total {total:5.2f} µs/job")
     return 0

@@ -328,6 +328,9 @@ def complete_many(core: Services, call: Call, a: CompleteManyArgs) -> Plan:
     def write(tx: Tx) -> list[dict[str, Any]]:
         outcome: list[dict[str, Any]] = [{"job_id": c.job_id} for c in a.jobs]
         found: list[tuple[int, JobRow, str | None, str | None]] = []
+        batch: list[tuple[JobRow, str | None]] = []
+        # Completions that settle costs rewrite their bindings: one at a time.
+        one_by_one: list[tuple[int, JobRow, str | None, str | None]] = []
         for i, c in enumerate(a.jobs):
             try:
                 row = _leased(core, call, tx, c.job_id, c.lease)
@@ -335,11 +338,12 @@ def complete_many(core: Services, call: Call, a: CompleteManyArgs) -> Plan:
             except Refused as refused:  # this job only: nothing of it is written
                 outcome[i]["error"] = refused.to_wire()
                 continue
-            found.append((i, row, None if c.result is None else dumps(c.result), settled))
-        # Completions that settle costs rewrite their bindings: one at a time.
-        plain = [f for f in found if f[3] is None]
-        one_by_one = [f for f in found if f[3] is not None]
-        batch = [(row, r) for _i, row, r, _s in plain]
+            result = None if c.result is None else dumps(c.result)
+            found.append((i, row, result, settled))
+            if settled is None:
+                batch.append((row, result))
+            else:
+                one_by_one.append((i, row, result, settled))
         if batch and tx.store.jobs.complete_many(batch, tx.now_ms) is None:
             one_by_one = found  # a stale row or a job named twice: one at a time, to say which
         for i, row, result, settled in one_by_one:
