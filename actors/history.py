@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import statistics
 from collections import OrderedDict, deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -124,14 +124,13 @@ class Durations:
         self._started: dict[str, int] = {}
         self._series: OrderedDict[Key, deque[int]] = OrderedDict()
 
-    def claimed(self, job_ids: Iterable[str], now_ms: int) -> None:
+    def claimed(self, job_ids: Sequence[str], now_ms: int) -> None:
         """Jobs ``job_ids`` started running at ``now_ms`` (one call per claim, not per job)."""
         started = self._started
-        ids = list(job_ids)
         room = MAX_RUNNING - len(started)
-        if room < len(ids):
-            ids = ids[: max(room, 0)]
-        started.update(dict.fromkeys(ids, now_ms))  # one C loop for the claim
+        if room < len(job_ids):
+            job_ids = job_ids[: max(room, 0)]
+        started.update(dict.fromkeys(job_ids, now_ms))  # one C loop for the claim
 
     def left(self, jobs: Iterable[tuple[str, Key]], now_ms: int, completed: bool) -> None:
         """Jobs ``(job_id, queue key)`` left running; completions are timed."""

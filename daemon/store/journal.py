@@ -112,10 +112,28 @@ class Journal:
             self.step.extended(self.tx, (after,))
         return after
 
-    def finish(self, before: JobRow, *, event: str, state: str, now: int,
-               **changes: Any) -> JobRow:  # fmt: skip
+    def finish(
+        self,
+        before: JobRow,
+        *,
+        event: str,
+        state: str,
+        now: int,
+        ready_at: int | None = None,
+        attempts_delta: int = 0,
+        error: str | None = None,
+        result: str | None = None,
+        dead: str | None = None,
+        budgets: str | None = None,
+    ) -> JobRow:
         """A running job leaves ``running`` (reported under ``event``)."""
-        after = self._inner.finish(before, event=event, state=state, now=now, **changes)
+        # Every argument named, not ``**changes``: a dict built and unpacked
+        # again cost each completion 0.3 µs more (bench/verb_costs.py, single).
+        after = self._inner.finish(
+            before, event=event, state=state, now=now, ready_at=ready_at,
+            attempts_delta=attempts_delta, error=error, result=result, dead=dead,
+            budgets=budgets,
+        )  # fmt: skip
         if self.tx is not None:
             self.step.left(self.tx, event, before.state, (after,))
         return after
