@@ -30,12 +30,7 @@ from actors.router import Waiter
 from daemon.admission.pipeline import Claimed
 from daemon.store.interface import JobRow, StaleRow, Tx
 from daemon.store.rows import dumps, to_wire
-from daemon.verbs.args import (
-    between,
-    json_value,
-    name,
-    text,
-)
+from daemon.verbs.args import between, json_value, name, text
 from daemon.verbs.fast_checks import (
     fast_claim_next,
     fast_complete,
@@ -328,9 +323,7 @@ def complete_many(core: Services, call: Call, a: CompleteManyArgs) -> Plan:
     def write(tx: Tx) -> list[dict[str, Any]]:
         outcome: list[dict[str, Any]] = [{"job_id": c.job_id} for c in a.jobs]
         found: list[tuple[int, JobRow, str | None, str | None]] = []
-        batch: list[tuple[JobRow, str | None]] = []
-        # Completions that settle costs rewrite their bindings: one at a time.
-        one_by_one: list[tuple[int, JobRow, str | None, str | None]] = []
+        batch: list[tuple[JobRow, str | None]] = []  # found, settling no costs
         for i, c in enumerate(a.jobs):
             try:
                 row = _leased(core, call, tx, c.job_id, c.lease)
@@ -342,8 +335,8 @@ def complete_many(core: Services, call: Call, a: CompleteManyArgs) -> Plan:
             found.append((i, row, result, settled))
             if settled is None:
                 batch.append((row, result))
-            else:
-                one_by_one.append((i, row, result, settled))
+        # Completions that settle costs rewrite their bindings: one at a time.
+        one_by_one = [f for f in found if f[3] is not None] if len(batch) < len(found) else []
         if batch and tx.store.jobs.complete_many(batch, tx.now_ms) is None:
             one_by_one = found  # a stale row or a job named twice: one at a time, to say which
         for i, row, result, settled in one_by_one:
