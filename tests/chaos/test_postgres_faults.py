@@ -294,11 +294,25 @@ def run_pause(make_daemon, dsn: str, idle_ms: int) -> Paused:
     windows: list[tuple[int, int]] = []
     attempts: list[int] = []  # stops until one was mid-transaction, per pause
 
+    topped_up = [0.0]
+
+    def a_holding() -> bool:
+        if _holding(history, "a."):
+            return True
+        now = time.monotonic()
+        if mine.acked >= mine.jobs and not mine.producing() and now - topped_up[0] > 1:
+            # A's work may be all done while the stops still miss (a loaded CI
+            # run): a batch more, at most one a second, so that its workers
+            # hold jobs when a stop catches it.
+            topped_up[0] = now
+            mine.more(mine.batch)
+        return False
+
     def pause(_i: int) -> None:
         # Up to 200 stops: a transaction lasts a millisecond or two (no JIT, no
         # pool reset), so under a loaded CI run the first dozens can all miss.
         for attempt in range(1, 201):
-            wait_until(lambda: _holding(history, "a."), timeout=30, what="A's workers holding")
+            wait_until(a_holding, timeout=30, what="A's workers holding")
             paused.proc.send_signal(signal.SIGSTOP)
             stopped = int(time.time() * 1000)
             time.sleep(FROZEN_MS * 1.5 / 1000)

@@ -51,6 +51,7 @@ class Workload:
         ``hold_s``: how long a worker works on what it claimed before completing."""
         self.daemon = daemon
         self.history = history
+        self.name = name
         self.jobs = jobs
         self.queues = list(queues)
         self.batch = batch
@@ -199,6 +200,19 @@ class Workload:
             raise
 
     # -- the end -----------------------------------------------------------------
+
+    def producing(self) -> bool:
+        """Whether a producer is still at work."""
+        return any(thread.is_alive() for thread in self._producers)
+
+    def more(self, n: int) -> None:
+        """``n`` jobs more, made by a new producer (under keys of its own)."""
+        with self._lock:
+            self.jobs += n
+        name = f"{self.name}p{len(self._producers)}"
+        thread = threading.Thread(target=self._guard, args=(self._produce, name), daemon=True)
+        self._producers.append(thread)
+        thread.start()
 
     def wait_produced(self, timeout: float) -> None:
         """Wait until the producers are done (every job acknowledged)."""
