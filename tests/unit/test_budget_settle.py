@@ -157,6 +157,32 @@ async def test_complete_many_settles_each_item_and_refuses_one_alone(tmp_path, a
         assert costs == [{"key": "api", "reserved": 3, "settled": None}]
 
 
+async def test_complete_many_going_one_at_a_time_settles_each_cost_once(tmp_path, autojump_clock):
+    # A job named twice sends the whole batch one at a time (to say which is
+    # lease_lost); the completion that settles a cost must still settle it once.
+    async with running_core(tmp_path) as core:
+        await setup(core)
+        for _ in range(3):
+            await enqueue(core, 3)
+        a, b, c = await claim_jobs(core, max=3)
+        assert available(core) == 1.0
+        out = await call(core, "complete_many", jobs=[
+            {"job_id": b["id"], "lease": b["lease"]},
+            {"job_id": a["id"], "lease": a["lease"], "cost": {"api": 1}},
+            {"job_id": b["id"], "lease": b["lease"]},
+            {"job_id": c["id"], "lease": "not-its-lease"},
+        ])  # fmt: skip
+        results = out["results"]
+        assert [r.get("state") for r in results] == ["completed", "completed", None, None]
+        assert [r.get("error", {}).get("code") for r in results] == [
+            None, None, "lease_lost", "lease_lost",
+        ]  # fmt: skip
+        assert available(core) == 3.0  # a's 2 back, once
+        costs = (await call(core, "get", job_id=a["id"]))["job"]["costs"]
+        assert costs == [{"key": "api", "reserved": 3, "settled": 1}]
+        assert (await call(core, "get", job_id=c["id"]))["job"]["status"] == "running"
+
+
 @pytest.mark.parametrize(
     ("cost", "field", "words"),
     [
