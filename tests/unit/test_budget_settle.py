@@ -135,13 +135,19 @@ async def test_settled_costs_are_counted_in_metrics(tmp_path, autojump_clock):
         assert value == 6.5
 
 
+async def three_claimed(core: Core) -> list[dict[str, Any]]:
+    """Three jobs bound to ``api`` at cost 3 each, claimed: 1 token left of 10."""
+    await setup(core)
+    for _ in range(3):
+        await enqueue(core, 3)
+    jobs = await claim_jobs(core, max=3)
+    assert available(core) == 1.0
+    return jobs
+
+
 async def test_complete_many_settles_each_item_and_refuses_one_alone(tmp_path, autojump_clock):
     async with running_core(tmp_path) as core:
-        await setup(core)
-        for _ in range(3):
-            await enqueue(core, 3)
-        a, b, c = await claim_jobs(core, max=3)
-        assert available(core) == 1.0
+        a, b, c = await three_claimed(core)
         out = await call(core, "complete_many", jobs=[
             {"job_id": a["id"], "lease": a["lease"], "cost": {"api": 1}},
             {"job_id": b["id"], "lease": b["lease"], "cost": {"nope": 1}},
@@ -161,11 +167,7 @@ async def test_complete_many_going_one_at_a_time_settles_each_cost_once(tmp_path
     # A job named twice sends the whole batch one at a time (to say which is
     # lease_lost); the completion that settles a cost must still settle it once.
     async with running_core(tmp_path) as core:
-        await setup(core)
-        for _ in range(3):
-            await enqueue(core, 3)
-        a, b, c = await claim_jobs(core, max=3)
-        assert available(core) == 1.0
+        a, b, c = await three_claimed(core)
         out = await call(core, "complete_many", jobs=[
             {"job_id": b["id"], "lease": b["lease"]},
             {"job_id": a["id"], "lease": a["lease"], "cost": {"api": 1}},
