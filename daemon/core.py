@@ -19,7 +19,6 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-import sqlite_utils
 import trio
 
 from actors import lifecycle as lc
@@ -53,6 +52,7 @@ from daemon.store.interface import JobRow, Store
 from daemon.store.pg_opening import dsn_target
 from daemon.store.reachability import DatabaseTarget, Reachability
 from daemon.store.rows import to_wire
+from daemon.store.sqlite_lib import sqlite_utils
 
 log = logging.getLogger("sluicegate.core")
 QueueKey = tuple[str, str]

@@ -45,6 +45,7 @@ from daemon.store.checkpointer import Checkpointer
 from daemon.store.pg_leader import AdvisoryRole
 from daemon.store.pg_notify import CrossDaemonDoorbell
 from daemon.store.pg_stats import JobStatistics
+from daemon.store.sqlite_mode import use_multithread_mode
 from daemon.transport.http_server import serve_http
 from daemon.transport.socket_server import SocketServer
 from daemon.verbs.budgets import provision
@@ -71,6 +72,9 @@ class Daemon:
         self._stop = trio.Event()
         self.stopped_cleanly = False
         self.started = False
+        #: Set by ``serve``: whether SQLite runs without a mutex per call
+        #: (daemon.store.sqlite_mode); only logged.
+        self.sqlite_multithread = False
 
     def stop(self) -> None:
         """Begin a graceful stop (what SIGTERM does)."""
@@ -169,11 +173,12 @@ class Daemon:
                 if cfg.loop_probe > 0:
                     root.start_soon(_loop_probe, core, cfg.loop_probe / 1000)
                 log.info(
-                    "serving socket=%s http=%s store=%s max_connections=%d",
+                    "serving socket=%s http=%s store=%s max_connections=%d sqlite=%s",
                     "LISTEN_FDS" if socket_passed else cfg.socket_path(),
                     ",".join(self.http_addresses) or "off",
                     store_shown(cfg),
                     max_connections,
+                    "multi-thread" if self.sqlite_multithread else "serialized",
                 )
                 _settle_heap()
                 self.started = True
@@ -345,6 +350,8 @@ def serve(config_path: str | None = None, *, http: str | None = None, debug: boo
     adds the traceback to a start-up failure's one line.
     """
     configure_logging(debug)
+    # First thing, before this process opens any SQLite connection (the module's docstring).
+    multithread = use_multithread_mode()
     try:
         config = load_config(config_path)
     except ConfigError as exc:
@@ -356,6 +363,7 @@ def serve(config_path: str | None = None, *, http: str | None = None, debug: boo
     for warning in config.warnings:
         log.warning("%s: %s", config.source, warning)
     daemon = Daemon(config, overrides=overrides)  # a reload keeps them
+    daemon.sqlite_multithread = multithread
     try:
         trio.run(daemon.run)
     except StartupError as exc:

@@ -23,9 +23,9 @@ from functools import cache
 from typing import Any
 
 import attrs
-import sqlite_utils
 
 from daemon.store.schema import migrate
+from daemon.store.sqlite_lib import sqlite_utils
 
 Row = tuple[Any, ...]
 #: Tables of the database itself, never copied: the cluster's admission epoch

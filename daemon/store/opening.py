@@ -12,10 +12,9 @@ import os
 import sqlite3
 from pathlib import Path
 
-import sqlite_utils
-
 from daemon.store.health import StoreHealth, StoreUnavailable, is_store_failure
 from daemon.store.schema import migrate
+from daemon.store.sqlite_lib import sqlite_utils
 
 
 def open_database(

@@ -19,8 +19,6 @@ has shipped: databases in the field are past it and would never see the edit.
 
 from __future__ import annotations
 
-import sqlite_utils
-
 from daemon.store import schema_postgres as pg
 from daemon.store.migration import (
     Migration,
@@ -30,6 +28,7 @@ from daemon.store.migration import (
     pending_steps,
     refuse_newer,
 )
+from daemon.store.sqlite_lib import sqlite_utils
 
 __all__ = ["MIGRATIONS", "Migration", "SchemaTooNew", "migrate", "schema_version", "sqlite_status"]
 

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
-import sqlite_utils
 
 from daemon.store.health import StoreUnavailable
 from daemon.store.migration import SchemaStatus
@@ -23,6 +22,7 @@ from daemon.store.opening import open_database
 from daemon.store.pg_opening import redacted
 from daemon.store.pg_schema import migrate_postgres, postgres_status
 from daemon.store.schema import sqlite_status
+from daemon.store.sqlite_lib import sqlite_utils
 
 
 class NoDatabase(Exception):
