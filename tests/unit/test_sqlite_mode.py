@@ -61,7 +61,10 @@ def test_the_switch_takes_and_connections_still_work_across_threads(tmp_path: Pa
     assert switched["switched"] is True
     assert switched["memory_counted"] is False  # the statistics' global mutex is gone with them
     assert switched["rows"] == 1100
-    assert switched["seen"][0] in (1000, 1100) and switched["seen"][1] == 0
+    # The reader thread ran while the first connection went on inserting (each row
+    # its own transaction: isolation_level=None), so it may see any count between.
+    assert 1000 <= switched["seen"][0] <= 1100
+    assert switched["seen"][1] == 0  # its PASSIVE checkpoint was not busy
 
 
 def test_without_the_switch_sqlite_counts_its_memory(tmp_path: Path) -> None:
