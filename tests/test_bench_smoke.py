@@ -47,6 +47,12 @@ def test_inprocess_runs_both_phases_to_the_end():
     assert medians == ["single", "batched"]
 
 
+def test_commit_cost_measures_each_size_in_the_daemons_sqlite_mode():
+    out = _run("bench/commit_cost.py", "--sizes", "1,3", "--commits", "20", "--repeat", "1")
+    assert out.startswith("sqlite multi-thread")
+    assert [line.split()[0] for line in out.splitlines()[1:]] == ["1", "3"]
+
+
 def test_verb_costs_runs_every_verb_to_the_end():
     out = _run("bench/verb_costs.py", "--rounds", "3", "--batch", "20", "--repeat", "1")
     (median,) = [line for line in out.splitlines() if "median:" in line]
