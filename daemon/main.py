@@ -57,7 +57,10 @@ log = logging.getLogger("sluicegate")
 class Daemon:
     """One running daemon."""
 
-    def __init__(self, config: Config, *, overrides: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, config: Config, *, overrides: dict[str, Any] | None = None,
+        sqlite_multithread: bool = False,
+    ) -> None:  # fmt: skip
         self.config = config
         #: ``[daemon]`` keys set on the command line (``--http``): a reload keeps them.
         self.overrides = dict(overrides or {})
@@ -72,9 +75,9 @@ class Daemon:
         self._stop = trio.Event()
         self.stopped_cleanly = False
         self.started = False
-        #: Set by ``serve``: whether SQLite runs without a mutex per call
+        #: Whether ``serve`` put SQLite in multi-thread mode
         #: (daemon.store.sqlite_mode); only logged.
-        self.sqlite_multithread = False
+        self.sqlite_multithread = sqlite_multithread
 
     def stop(self) -> None:
         """Begin a graceful stop (what SIGTERM does)."""
@@ -362,8 +365,8 @@ def serve(config_path: str | None = None, *, http: str | None = None, debug: boo
         config = attrs.evolve(config, daemon=attrs.evolve(config.daemon, **overrides))
     for warning in config.warnings:
         log.warning("%s: %s", config.source, warning)
-    daemon = Daemon(config, overrides=overrides)  # a reload keeps them
-    daemon.sqlite_multithread = multithread
+    # A reload keeps the overrides.
+    daemon = Daemon(config, overrides=overrides, sqlite_multithread=multithread)
     try:
         trio.run(daemon.run)
     except StartupError as exc:
