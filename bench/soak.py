@@ -8,9 +8,11 @@ and restarted on the same state directory (bench/soak_load.py). Every
 (``/proc/PID/fd``), the ``-wal`` file's size and the p99 of claim calls (no
 waiting: the daemon's time) are sampled. At the end the producers stop, the
 workers drain, and the checker's counts are printed: every acknowledged job
-must complete (lost 0), nothing unsent may be delivered (unexpected 0), and a
-second delivery of a job not failed in between is a duplicate, explained when
-a kill fell between the two. A table of samples is printed and a PNG plotted.
+must complete (lost 0; a ``complete`` a kill cut off before its answer counts
+when the daemon's ``get`` says the job completed), nothing unsent may be
+delivered (unexpected 0), and a second delivery of a job not failed in
+between is a duplicate, explained when a kill fell between the two. A table
+of samples is printed and a PNG plotted.
 
 Drift: RSS and fds are compared between the first and the last tenth of the
 run, each leaving out the first 30 s of a daemon's life (start-up and the
@@ -37,6 +39,7 @@ from typing import Any
 
 from harness import BenchDaemon
 from soak_load import Ledger, producer, setup, worker
+from wire import WireClient
 
 #: Samples this soon after a (re)start are left out of the drift.
 WARMUP_S = 30.0
@@ -152,10 +155,12 @@ class Soak:
 
     def _drain(self, limit: float) -> float:
         began = time.monotonic()
-        while time.monotonic() - began < limit:
-            if self.ledger.counts()["lost"] == 0:
-                break
-            time.sleep(0.25)
+        with WireClient(str(self.daemon.socket), timeout=10) as client:
+            while time.monotonic() - began < limit:
+                self.ledger.confirm(client)
+                if self.ledger.counts()["lost"] == 0:
+                    break
+                time.sleep(0.25)
         return time.monotonic() - began
 
     def _drift(self, key: str) -> dict[str, float] | None:

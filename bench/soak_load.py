@@ -15,6 +15,12 @@ the workers sent, and completions. From it, at the end: lost (acknowledged,
 never completed), unexpected (delivered, never sent), recovered (an
 indeterminate enqueue delivered later), and duplicates: a delivery of a job
 not failed since its last delivery, explained when a kill fell in between.
+
+A ``complete`` that a kill cut off before its answer is indeterminate too: if it
+committed, the job is never delivered again, so the ledger would call it lost.
+:meth:`Ledger.confirm` asks the daemon (``get``) about each such job still
+missing, and counts it as completed, unanswered, only when the daemon says
+``completed``.
 """
 
 from __future__ import annotations
@@ -47,6 +53,8 @@ class Ledger:
         self.failed_since: set[str] = set()  # failed by a worker, not delivered again yet
         self.fails = 0
         self.completed: set[str] = set()
+        self.unanswered: set[str] = set()  # completes a kill cut off before their answer
+        self.completed_unanswered: set[str] = set()  # of those, completed says the daemon
         self.duplicates = 0
         self.explained = 0
         self.unexpected = 0
@@ -77,7 +85,8 @@ class Ledger:
                 "acked": len(acked),
                 "indeterminate": len(self.indeterminate),
                 "completed": len(self.completed & acked),
-                "lost": len(acked - self.completed),
+                "completed_unanswered": len(self.completed_unanswered & acked),
+                "lost": len(acked - self.completed - self.completed_unanswered),
                 "unexpected": self.unexpected,
                 "recovered": len(self.indeterminate & self.delivered_seqs),
                 "deliveries": sum(len(d) for d in self.deliveries.values()),
@@ -86,6 +95,17 @@ class Ledger:
                 "duplicated_unexplained": self.duplicates - self.explained,
                 "lease_lost": self.lease_lost,
             }
+
+    def confirm(self, client: WireClient) -> None:
+        """Ask the daemon about each missing job whose ``complete`` went unanswered."""
+        with self.lock:
+            missing = set(self.acked.values()) - self.completed - self.completed_unanswered
+            ask = sorted(missing & self.unanswered)
+        for job_id in ask:
+            reply = client.call("get", job_id=job_id)
+            if reply.get("ok") and reply["job"]["status"] == "completed":
+                with self.lock:
+                    self.completed_unanswered.add(job_id)
 
 
 def _connect(socket_path: str, stop: threading.Event) -> WireClient | None:
@@ -178,7 +198,12 @@ def _finish(client: WireClient, ledger: Ledger, job: dict[str, Any]) -> None:
                 ledger.failed_since.add(job_id)
             return
     else:
-        answer = client.call("complete", job_id=job_id, lease=lease)
+        try:
+            answer = client.call("complete", job_id=job_id, lease=lease)
+        except (OSError, WireError):
+            with ledger.lock:
+                ledger.unanswered.add(job_id)
+            raise
         if answer.get("ok"):
             with ledger.lock:
                 ledger.completed.add(job_id)

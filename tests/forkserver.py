@@ -62,8 +62,9 @@ def _startup_env(env: dict[str, str]) -> dict[str, str]:
 class ForkedProcess:
     """The part of :class:`subprocess.Popen` the tests use, for a forked child."""
 
-    def __init__(self, server: _Client, pid: int, args: list[str]) -> None:
+    def __init__(self, server: _Client, pid: int, status: _Exit, args: list[str]) -> None:
         self._server = server
+        self._status = status
         self.pid = pid
         self.args = args
         self.returncode: int | None = None
@@ -71,13 +72,13 @@ class ForkedProcess:
     def poll(self) -> int | None:
         """The exit status, or None while the child runs."""
         if self.returncode is None:
-            self.returncode = self._server.exit_code(self.pid, 0)
+            self.returncode = self._server.exit_code(self._status, 0)
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
         """Wait for the child's exit; :class:`subprocess.TimeoutExpired` after ``timeout``."""
         if self.returncode is None:
-            code = self._server.exit_code(self.pid, timeout)
+            code = self._server.exit_code(self._status, timeout)
             if code is None:
                 raise subprocess.TimeoutExpired(self.args, timeout or 0)
             self.returncode = code
@@ -95,20 +96,31 @@ class ForkedProcess:
         self.send_signal(signal.SIGKILL)
 
 
+class _Exit:
+    """One child's exit status, once the forkserver reports it.
+
+    Kept per child, not per pid: the kernel reuses pids (32,768 by default, and a
+    suite run forks and executes many more), so an earlier child's exit under a
+    pid must never be read as a later child's (CI once saw a daemon "exit 0" at
+    start with an empty log)."""
+
+    code: int | None = None
+
+
 class _Client:
     """This process's forkserver: started on first use, ended with the process."""
 
-    def __init__(self) -> None:
+    def __init__(self, command: list[str] | None = None) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.forkserver"],
+            command or [sys.executable, "-m", "tests.forkserver"],
             cwd=ROOT,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=_BASE_ENV,
         )
         self._lock = threading.Lock()
-        self._pids: queue.Queue[int | None] = queue.Queue()
-        self._exits: dict[int, int] = {}
+        self._pids: queue.Queue[tuple[int, _Exit] | None] = queue.Queue()
+        self._running: dict[int, _Exit] = {}  # pid -> the exit of the child now under it
         self._exited = threading.Condition()
         self._closed = False
         threading.Thread(target=self._read, name="forkserver", daemon=True).start()
@@ -118,10 +130,12 @@ class _Client:
         for line in self.proc.stdout:
             message = json.loads(line)
             if "pid" in message:
-                self._pids.put(message["pid"])
+                # An earlier child's exit under this pid came before, on this pipe.
+                status = self._running[message["pid"]] = _Exit()
+                self._pids.put((message["pid"], status))
             else:
                 with self._exited:
-                    self._exits[message["exited"]] = message["code"]
+                    self._running.pop(message["exited"]).code = message["code"]
                     self._exited.notify_all()
         with self._exited:
             self._closed = True
@@ -137,22 +151,22 @@ class _Client:
         with self._lock:
             self.proc.stdin.write(json.dumps(request).encode() + b"\n")
             self.proc.stdin.flush()
-            pid = self._pids.get(timeout=30)
-        if pid is None:
+            child = self._pids.get(timeout=30)
+        if child is None:
             raise RuntimeError("the forkserver exited")
-        return ForkedProcess(self, pid, ["sluice", *argv])
+        return ForkedProcess(self, *child, ["sluice", *argv])
 
-    def exit_code(self, pid: int, timeout: float | None) -> int | None:
+    def exit_code(self, status: _Exit, timeout: float | None) -> int | None:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._exited:
-            while pid not in self._exits:
+            while status.code is None:
                 if self._closed:
                     raise RuntimeError("the forkserver exited before its child")
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return None
                 self._exited.wait(left)
-            return self._exits[pid]
+            return status.code
 
     def close(self) -> None:
         """End the forkserver (its children are their tests' to stop)."""

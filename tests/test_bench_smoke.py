@@ -27,7 +27,7 @@ def _run(*args: str, env: dict[str, str] | None = None) -> str:
         [sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=120,
         env=None if env is None else {**os.environ, **env},
     )  # fmt: skip
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 0, done.stderr + done.stdout[-4000:]
     return done.stdout
 
 
@@ -81,11 +81,14 @@ def test_cluster_runs_its_three_measurements(tmp_path, postgres_server):
 
 
 def test_soak_kills_and_restarts_and_loses_nothing(tmp_path):
-    """bench/soak.py at its smallest: two kill -9s, the checker's counts, a PNG."""
+    """bench/soak.py at its smallest: two kill -9s, the checker's counts, a PNG. The
+    drain is bounded well inside the run's timeout (the 10 s lease lapses in it), so
+    that a job left missing fails with the checker's counts, not a timeout."""
     out, png = tmp_path / "soak.json", tmp_path / "soak.png"
     plotting = importlib.util.find_spec("matplotlib") is not None  # the bench extra's
     _run("bench/soak.py", "--minutes", "0.25", "--kill-every", "6", "--sample-every", "1",
-         "--rate", "200", "--plot", str(png) if plotting else "", "--json", str(out))  # fmt: skip
+         "--rate", "200", "--drain", "40", "--plot", str(png) if plotting else "",
+         "--json", str(out))  # fmt: skip
     summary = json.loads(out.read_text())["summary"]
     assert summary["kills"] == 2 and summary["acked"] > 0
     assert (summary["lost"], summary["unexpected"], summary["duplicated_unexplained"]) == (0, 0, 0)

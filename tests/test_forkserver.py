@@ -88,3 +88,33 @@ def test_what_a_fork_cannot_reproduce_is_executed(monkeypatch: pytest.MonkeyPatc
     assert not forkserver.usable({**here, "SLUICEGATE_FAILPOINTS": "commit_before=exit"})
     monkeypatch.setenv("SLUICEGATE_TEST_FORK", "0")
     assert not forkserver.usable(here)
+
+
+def test_a_pid_the_kernel_reuses_is_not_reported_as_its_earlier_childs_exit(
+    tmp_path: Path,
+) -> None:
+    """A stand-in forkserver answers two spawns with the same pid, the first one's
+    exit between them: the second child runs until its own exit is reported (CI saw
+    a daemon "exited 0" at start with an empty log: its pid's earlier exit)."""
+    script = tmp_path / "reuse.py"
+    script.write_text(
+        "import json, sys\n"
+        "def send(m):\n"
+        "    print(json.dumps(m), flush=True)\n"
+        "sys.stdin.readline(); send({'pid': 4242}); send({'exited': 4242, 'code': 0})\n"
+        "sys.stdin.readline(); send({'pid': 4242})\n"
+        "sys.stdin.readline(); send({'exited': 4242, 'code': -9}); send({'pid': 4343})\n"
+        "sys.stdin.read()\n"
+    )
+    client = forkserver._Client([sys.executable, str(script)])
+    try:
+        args = dict(cwd=tmp_path, env={}, stdout=tmp_path / "out", stderr=None)
+        first = client.spawn(["serve"], **args)
+        assert first.wait(timeout=10) == 0
+        second = client.spawn(["serve"], **args)
+        assert second.pid == first.pid
+        assert second.poll() is None  # running, not the first one's 0
+        client.spawn(["ends the second"], **args)  # the stand-in then reports its exit
+        assert second.wait(timeout=10) == -9
+    finally:
+        client.close()
