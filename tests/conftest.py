@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
@@ -56,7 +57,34 @@ _running: tuple[str, bool] | None = None
 _session_spawning = False
 
 
+#: Files whose tests run longest (seconds in a CI run of the sixteenth session, on a
+#: slow day), given to the two workers first. ``--dist loadfile`` hands out whole
+#: files in the order :func:`pytest_collection_modifyitems` leaves them (pyproject's
+#: ``--no-loadscope-reorder``); xdist's own order, most tests first, gave out the
+#: model file (3 tests, 3 minutes on PostgreSQL when the machine is loaded) last,
+#: and it ran alone for its whole length at the end of the run.
+LONGEST_FIRST = (
+    "tests/model/test_model.py",  # 180
+    "tests/test_bench_smoke.py",  # 60
+    "tests/e2e/test_cluster_exactness.py",  # 45
+    "tests/fuzz/test_ci_args.py",  # 31
+    "tests/fuzz/test_ci_framing.py",  # 26
+)
+
+
+def _schedule(items: list[pytest.Item]) -> None:
+    """The longest files first, then the rest by their number of tests, most first
+    (xdist's reorder, which the known lengths replace for those files)."""
+    files = [item.nodeid.split("::", 1)[0] for item in items]
+    tests = Counter(files)
+    first = {path: n for n, path in enumerate(LONGEST_FIRST)}
+    order = {id(item): (first.get(path, len(first)), -tests[path], path)
+             for item, path in zip(items, files, strict=True)}  # fmt: skip
+    items.sort(key=lambda item: order[id(item)])  # stable: a file's tests keep their order
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    _schedule(items)
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
         if DAEMON_FIXTURES.intersection(fixtures):
