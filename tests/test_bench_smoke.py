@@ -47,6 +47,11 @@ def test_inprocess_runs_both_phases_to_the_end():
     assert medians == ["single", "batched"]
 
 
+def test_framing_cost_frames_parses_and_encodes_the_three_requests():
+    out = _run("bench/framing_cost.py", "--requests", "300", "--repeat", "2")
+    assert "framing, parsing and answer encoding:" in out and "µs a request" in out
+
+
 def test_commit_cost_measures_each_size_in_the_daemons_sqlite_mode():
     out = _run("bench/commit_cost.py", "--sizes", "1,3", "--commits", "20", "--repeat", "1")
     assert out.startswith("sqlite multi-thread")
