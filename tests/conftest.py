@@ -58,7 +58,7 @@ _session_spawning = False
 
 
 #: Files whose tests run longest (seconds in a CI run of the sixteenth session, on a
-#: slow day), given to the two workers first. ``--dist loadfile`` hands out whole
+#: slow day), given to the workers first. ``--dist loadfile`` hands out whole
 #: files in the order :func:`pytest_collection_modifyitems` leaves them (pyproject's
 #: ``--no-loadscope-reorder``); xdist's own order, most tests first, gave out the
 #: model file (3 tests, 3 minutes on PostgreSQL when the machine is loaded) last,
