@@ -72,15 +72,21 @@ LONGEST_FIRST = (
 )
 
 
+def _file(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
+
+
 def _schedule(items: list[pytest.Item]) -> None:
     """The longest files first, then the rest by their number of tests, most first
     (xdist's reorder, which the known lengths replace for those files)."""
-    files = [item.nodeid.split("::", 1)[0] for item in items]
-    tests = Counter(files)
+    tests = Counter(map(_file, items))
     first = {path: n for n, path in enumerate(LONGEST_FIRST)}
-    order = {id(item): (first.get(path, len(first)), -tests[path], path)
-             for item, path in zip(items, files, strict=True)}  # fmt: skip
-    items.sort(key=lambda item: order[id(item)])  # stable: a file's tests keep their order
+
+    def key(item: pytest.Item) -> tuple[int, int, str]:
+        path = _file(item)
+        return first.get(path, len(first)), -tests[path], path
+
+    items.sort(key=key)  # stable: a file's tests keep their order
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
