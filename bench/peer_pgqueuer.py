@@ -1,8 +1,9 @@
 """PgQueuer beside Sluicegate on the same PostgreSQL: issue 15's peer benchmark.
 
 Interleaved rounds in one command. Each round runs, per phase, Sluicegate on
-PostgreSQL (``throughput.run_phase`` with ``--store postgres --daemons 1``: a
-real ``sluice serve``, the same client processes as ``throughput.py``) and
+PostgreSQL (``throughput.run_phase`` with ``--store postgres --daemons N``,
+1 unless ``--daemons`` says: real ``sluice serve`` processes, the same client
+processes as ``throughput.py``, spread over the daemons) and
 PgQueuer (PyPI ``pgqueuer``, asyncpg), each on a fresh database of the same
 server; the order alternates between rounds so drift favours neither.
 
@@ -24,7 +25,7 @@ system's CPU (Sluicegate's daemon, the client processes, and the database's
 own backends read from ``/proc``) and the database's ``pg_stat_database``
 counters per job (transactions, rows inserted/updated/deleted).
 
-    .venv/bin/python bench/peer_pgqueuer.py --rounds 3 [--json FILE] [--quick]
+    .venv/bin/python bench/peer_pgqueuer.py --rounds 3 [--daemons 2] [--json FILE] [--quick]
 """
 
 from __future__ import annotations
@@ -527,7 +528,7 @@ def run_round(number: int, args: argparse.Namespace, http: bool) -> list[Run]:
     """Every phase of both systems, Sluicegate first in odd rounds, PgQueuer in even."""
     order = SYSTEMS if number % 2 else SYSTEMS[::-1]
     sluice_args = throughput.parse_args([
-        "--store", "postgres", "--daemons", "1", "--jobs", str(args.jobs),
+        "--store", "postgres", "--daemons", str(args.daemons), "--jobs", str(args.jobs),
         "--single-jobs", str(args.single_jobs), "--batch", str(args.batch),
         "--window", str(args.window), "--workers", str(args.workers),
         "--clients", str(args.clients), "--stall-timeout", str(args.stall_timeout),
@@ -629,6 +630,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="PgQueuer's batch_size in the batched phase (default: --batch)",
     )
     p.add_argument("--workers", type=int, default=2, help="batched worker processes")
+    p.add_argument("--daemons", type=int, default=1,
+                   help="Sluicegate daemons (clients spread over them)")  # fmt: skip
     p.add_argument("--clients", type=int, default=4, help="one-at-a-time client processes")
     p.add_argument("--stall-timeout", type=float, default=30.0, help="give up after N s idle")
     p.add_argument("--json", help="also write the runs as JSON to this file")

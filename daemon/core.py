@@ -34,10 +34,11 @@ from daemon import __version__, retention
 from daemon.admission import usage
 from daemon.admission.admin_limit import AdminWriteLimiter
 from daemon.admission.budget_gate import BudgetGate
-from daemon.admission.cluster import ClusterSync, unsafe_unlocked
+from daemon.admission.cluster import ClusterSync, share_checks, unsafe_unlocked
 from daemon.admission.door import Door
 from daemon.admission.doorbell import Doorbell
 from daemon.admission.groups import Groups
+from daemon.admission.limit_free import LimitFree
 from daemon.admission.pipeline import Admission
 from daemon.admission.policies import Policies
 from daemon.admission.quotas import Quotas
@@ -158,6 +159,11 @@ class Core:
             metrics=self.metrics, config=lambda: self.config,
         )  # fmt: skip
         self.rollup = self.usage.ticker()
+        #: Which writes decide no limit (share mode on PostgreSQL).
+        self.limit_free = LimitFree(
+            namespaces=self.namespaces, policies=self.policies, budgets=self.budgets,
+            timers=self.timers, clock=clock,
+        )  # fmt: skip
         self.cluster: ClusterSync | None = None
         if pool is not None:  # PostgreSQL: other daemons may share it (daemon.admission.cluster)
             self.cluster = ClusterSync(
@@ -165,6 +171,8 @@ class Core:
                 policies=self.policies, quotas=self.quotas, committer=self.writer,
                 locked=not unsafe_unlocked(),
             )  # fmt: skip
+            self.cluster.checks = share_checks()
+            self.writer.shares = self.cluster.locked
             self.cluster.on_heard.append(self.watcher.nudge)
             self.writer.begun.append(self.cluster.begin)
             self.writer.pending.append(self.cluster)
@@ -239,6 +247,7 @@ class Core:
         if self.cluster is not None:  # PostgreSQL: shared with other daemons
             info["cluster"] = {
                 "epoch": self.cluster.epoch, "reloads": self.cluster.reloads,
+                "shared": self.cluster.shared, "shared_reloads": self.cluster.shared_reloads,
                 "door_share": self.door.share,
             }  # fmt: skip
         lag = self.metrics.lag_summary()

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 from actors import lifecycle as lc
 from actors.errors import Refused, internal_error, invalid
 from actors.limits import NAME_RE, NAME_RULE
@@ -119,7 +121,7 @@ def _minimal(plan: Plan, parsed: Any) -> Plan:
                 brief["lease"] = job["lease"]
         return {**out, "job": brief}
 
-    return Plan(plan.write, small)
+    return attrs.evolve(plan, answer=small)
 
 
 def _announced(plan: Plan, core: Services) -> Plan:
@@ -156,7 +158,7 @@ async def dispatch(
 ) -> dict[str, Any]:
     """Run verb ``op`` for ``session`` to its answer (the HTTP transport, tests)."""
     plan = prepare(core, session, op, args, events=events, owner=owner, client=client)
-    result = await core.writer.write(plan.write) if plan.write is not None else None
+    result = await core.writer.write(plan.write, plan.free) if plan.write is not None else None
     reply = answer(plan, result)
     if isinstance(reply, Later):
         try:

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from daemon.admission.budget_gate import BudgetGate
     from daemon.admission.door import Door
     from daemon.admission.doorbell import Doorbell
+    from daemon.admission.limit_free import LimitFree
     from daemon.admission.pipeline import Admission
     from daemon.admission.policies import Policies
     from daemon.admission.quotas import Quotas
@@ -49,6 +50,8 @@ class Services(Protocol):
     #: Whether the database answers (``/healthz``'s ``database`` section).
     database: Reachability
     admission: Admission
+    #: Which writes decide no limit (share mode on PostgreSQL).
+    limit_free: LimitFree
     door: Door
     quotas: Quotas
     policies: Policies

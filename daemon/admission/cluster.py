@@ -33,8 +33,29 @@ metrics and the board show) are counted again every few seconds
 (:meth:`ClusterSync.refresh`), a cost that follows the table, off the claim's
 path.
 
+**Share mode.** One transaction at a time cluster-wide caps a cluster at one
+backend's speed. A transaction whose writes decide no limit
+(:mod:`daemon.admission.limit_free`: plain enqueues, claims and completions in
+a namespace that nothing limits) holds the epoch row ``FOR SHARE`` instead
+(:func:`daemon.store.epoch.share_postgres`), beside other such holders, on
+every daemon. An exclusive holder still waits for every share holder to
+commit, and they for it, so:
+
+- a share holder reads the epoch under its lock. If it moved since this
+  daemon's last look, the limit state is read back then and there (the
+  exclusive writers that changed it have all committed) and the transaction
+  goes on in share mode only if its first write still decides no limit;
+- share holders do not bump the epoch, so each one ticks a sequence once it
+  holds the lock. An exclusive holder reads the sequence under its lock and
+  reads the state back if a share holder other than this daemon's counted
+  since its last look: a limit made over work done in share mode elsewhere
+  (a policy on a queue whose jobs another daemon claimed) starts from counts
+  that include that work.
+
 ``locked=False`` is the unsafe design kept for the test that proves the lock is
 needed: every transaction reads the state back, without the lock.
+:attr:`ClusterSync.checks` lets a test swap out either share-mode check, to show
+each is needed (``SLUICEGATE_TEST_UNCHECKED_SHARE``).
 """
 
 from __future__ import annotations
@@ -54,6 +75,10 @@ from daemon.store.interface import Committer, Store
 log = logging.getLogger("sluicegate.cluster")
 #: Set to 1 in a test only: decide from an unlocked read (the over-admitting design).
 UNSAFE_ENV = "SLUICEGATE_TEST_UNLOCKED_ADMISSION"
+#: Set in a test only to ``epoch`` or ``seq``: that share-mode check swapped out.
+UNCHECKED_ENV = "SLUICEGATE_TEST_UNCHECKED_SHARE"
+#: The share-mode checks (see the module's docstring).
+CHECKS = frozenset({"epoch", "seq"})
 
 
 def unsafe_unlocked() -> bool:
@@ -63,6 +88,17 @@ def unsafe_unlocked() -> bool:
     log.warning("%s=1: limits are decided from unlocked reads and WILL over-admit "
                 "across daemons; a test switch, never for production", UNSAFE_ENV)  # fmt: skip
     return True
+
+
+def share_checks() -> frozenset[str]:
+    """The share-mode checks to make: all, unless a test swapped one out (logged loudly)."""
+    dropped = os.environ.get(UNCHECKED_ENV, "")
+    if dropped not in CHECKS:
+        return CHECKS
+    log.warning("%s=%s: share-mode transactions skip that check and WILL over-admit "
+                "across daemons; a test switch, never for production",
+                UNCHECKED_ENV, dropped)  # fmt: skip
+    return CHECKS - {dropped}
 
 
 class ClusterSync:
@@ -78,9 +114,19 @@ class ClusterSync:
         self._policies = policies
         self._quotas = quotas
         self.locked = locked
-        #: The epoch of this daemon's last committed transaction (None: none yet).
+        #: The epoch memory is exact for (None: not yet): of this daemon's last
+        #: exclusive commit, or read under a share-mode lock.
         self.epoch: int | None = None
-        self._next: int | None = None
+        #: The last share-mode transaction number memory holds the work of: every
+        #: one up to it was this daemon's or was read back (None: not yet).
+        self.shares: int | None = None
+        self._next: tuple[int, int] | None = None
+        self._number: int | None = None  # this share-mode transaction's
+        #: The share-mode checks made (a test may swap one out: share_checks).
+        self.checks = CHECKS
+        #: Share-mode transactions committed, and those whose epoch had moved.
+        self.shared = 0
+        self.shared_reloads = 0
         self._reloaded = False
         self._committer = committer
         self._syncing = False
@@ -95,15 +141,26 @@ class ClusterSync:
 
     # -- GroupCommit's hooks: begun (after BEGIN), then flush/committed (Pending) ------
 
-    def begin(self, store: Store) -> None:
+    def begin(self, store: Store, shared: bool = False) -> None:
         """The transaction's first statement: the epoch lock, then a reload if
-        another daemon committed since our last transaction."""
+        another daemon committed since our last look (the module says when)."""
+        self._next = self._number = None
+        if shared and self.locked:
+            epoch, self._number = store.epoch.share()
+            if "epoch" in self.checks and epoch != self.epoch:
+                # Exclusive writers committed since: they have all ended (we hold
+                # the row), so what they did to limits is read back exactly.
+                self.shared_reloads += 1
+                self.reload(store)
+                self.epoch = epoch
+            return
         if not self.locked:
             self.reload(store)
         else:
-            epoch = store.epoch.bump()
-            self._next = epoch
-            if self.epoch is None or epoch != self.epoch + 1:
+            epoch, shares = store.epoch.bump()
+            self._next = (epoch, shares)
+            moved = self.epoch is None or epoch != self.epoch + 1
+            if moved or ("seq" in self.checks and shares != self.shares):
                 self.reload(store)
         if self._recount_due:
             # Here, before any write of the transaction: memory then holds every
@@ -119,9 +176,15 @@ class ClusterSync:
         """Nothing is accumulated: the bump is the transaction's first statement."""
 
     def committed(self) -> None:
-        """Our bump committed: memory is exact as of this epoch."""
+        """Our bump committed: memory is exact as of this epoch (and of the share
+        holders counted then); or our share-mode transaction did."""
         if self._next is not None:
-            self.epoch, self._next = self._next, None
+            (self.epoch, self.shares), self._next = self._next, None
+        elif self._number is not None:
+            if self.shares is not None and self._number == self.shares + 1:
+                self.shares = self._number  # no other daemon's share holder in between
+            self._number = None
+            self.shared += 1
         if self._reloaded:
             self._reloaded = False
             self._after_reload()

@@ -50,17 +50,25 @@ class JobTimers:
             else:
                 jobs.finish(row, event="reap", state=lc.PENDING, now=now, error="lease expired")
 
+    def due(self, now_ms: int) -> bool:
+        """Whether either timer has work due by ``now_ms``."""
+        return any(t is not None and t <= now_ms
+                   for t in (self.delay_timer.target, self.reaper.target))  # fmt: skip
+
     def catch_up(self, tx: Tx) -> None:
         """Before a claim: promote and reap whatever the timers are about to.
 
-        Both are indexed no-ops when nothing is due.
+        Both are indexed no-ops when nothing is due. A share-mode transaction
+        (daemon.admission.limit_free) leaves them to the timers' own writes:
+        their moves may touch what limits count, in any namespace.
         """
         now = tx.now_ms
         target = self.delay_timer.target
-        if target is not None and target <= now:
+        if target is not None and target <= now and not tx.shared:
             self.promote_due(tx)
         target = self.reaper.target
         if target is not None and target <= now:
-            self.reap_lapsed(tx)
+            if not tx.shared:
+                self.reap_lapsed(tx)
         elif failpoints.ARMED and failpoints.broken("claim_skips_lease_check"):
             self.reap_lapsed(tx, horizon=FOREVER)  # the broken build (tests only)

@@ -42,7 +42,7 @@ from daemon.store.health import StoreHealth, is_store_failure, store_refusal
 from daemon.store.interface import Pending
 from daemon.store.probe import PROBE_FIRST, PROBE_MAX, FailingStore, rollback
 from daemon.store.sqlite import SqliteStore
-from daemon.store.transaction import Done, Tx, Write
+from daemon.store.transaction import Done, Free, Tx, Write
 
 log = logging.getLogger("sluicegate.store")
 T = TypeVar("T")
@@ -85,8 +85,12 @@ class GroupCommit(FailingStore):
         self._now_ms = now_ms
         self._budget = budget_s
         self._queue: deque[Write] = deque()
-        #: Called with the store right after each BEGIN, before any write runs.
-        self.begun: list[Callable[[SqliteStore], None]] = []
+        #: Called with the store and the transaction's mode (True: share) right
+        #: after each BEGIN, before any write runs.
+        self.begun: list[Callable[[SqliteStore, bool], None]] = []
+        #: Whether a transaction of writes that decide no limit runs in share
+        #: mode (PostgreSQL with other daemons: daemon.admission.cluster).
+        self.shares = False
         self._wake = trio.Event()
         self._closed = False
         self._resume: trio.Event | None = None  # set while writes are held
@@ -97,27 +101,28 @@ class GroupCommit(FailingStore):
         self.commits = 0
         self.writes = 0
 
-    def submit(self, fn: Callable[[Tx], Any], done: Done) -> Write:
+    def submit(self, fn: Callable[[Tx], Any], done: Done, free: Free = None) -> Write:
         """Queue ``fn`` for the next transaction; ``done`` is called when settled.
 
         A :class:`Refused` raised by ``fn`` rolls back that write alone and is
-        passed to ``done``.
+        passed to ``done``. ``free``: whether it decides no limit
+        (:mod:`daemon.admission.limit_free`), asked as it joins a transaction.
         """
         if self._closed:
             raise Refused("shutting_down", "the daemon is shutting down")
-        item = Write(fn, done)
+        item = Write(fn, done, free)
         self._queue.append(item)
         self._wake.set()
         return item
 
-    async def write(self, fn: Callable[[Tx], T]) -> T:
+    async def write(self, fn: Callable[[Tx], T], free: Free = None) -> T:
         """Run ``fn`` in the next group transaction; return its result after commit.
 
         A caller cancelled before its write ran withdraws it: nothing of it is
         committed, so a cancelled claim or enqueue leaves no trace.
         """
         settled = trio.Event()
-        item = self.submit(fn, lambda _r, _e: settled.set())
+        item = self.submit(fn, lambda _r, _e: settled.set(), free)
         try:
             await settled.wait()
         except BaseException:
@@ -259,9 +264,7 @@ class GroupCommit(FailingStore):
         time budget lasts); False if it must be re-run carefully."""
         conn = self._conn
         try:
-            conn.execute(self._begin)
-            for begun in self.begun:  # the cluster's epoch lock first (daemon.admission.cluster)
-                begun(self.store)
+            shared = self._open(writes[0])
         except Exception as exc:  # a store error answers unavailable, a bug internal
             self._journal.tx = None
             rollback(conn, self._errors)
@@ -283,9 +286,15 @@ class GroupCommit(FailingStore):
                         continue
                     writes.append(item)
                 item = writes[index]
+                if shared and not _free(item):
+                    # It may decide a limit: it and the rest wait for the next,
+                    # exclusive, transaction.
+                    self._queue.extendleft(reversed(writes[index:]))
+                    del writes[index:]
+                    break
                 index += 1
                 item.error = item.tx = None
-                tx = self._journal.tx = Tx(self.store, now)
+                tx = self._journal.tx = Tx(self.store, now, shared)
                 if careful:
                     conn.execute("SAVEPOINT w")
                 changes = conn.total_changes
@@ -340,6 +349,26 @@ class GroupCommit(FailingStore):
                     effect()
         return True
 
+    def _open(self, first: Write) -> bool:
+        """BEGIN, then the ``begun`` hooks (the cluster's epoch lock first:
+        daemon.admission.cluster); whether the transaction is in share mode.
+
+        Share mode when the first write decides no limit, asked again once the
+        lock is held (a reload under it may have found a limit made elsewhere:
+        then the transaction begins again, exclusive)."""
+        conn = self._conn
+        shared = self.shares and _free(first)
+        conn.execute(self._begin)
+        for begun in self.begun:
+            begun(self.store, shared)
+        if shared and not _free(first):
+            conn.execute("ROLLBACK")
+            shared = False
+            conn.execute(self._begin)
+            for begun in self.begun:
+                begun(self.store, shared)
+        return shared
+
     def _failpoints(self, writes: list[Write]) -> None:
         """Tests only (:mod:`daemon.failpoints`): exit before the COMMIT, or the
         broken build that answers first and commits 20 ms later."""
@@ -351,6 +380,11 @@ class GroupCommit(FailingStore):
             for hook in self.after_commit:
                 hook()
             time.sleep(0.02)
+
+
+def _free(item: Write) -> bool:
+    """Whether ``item`` decides no limit, as memory stands now."""
+    return item.free is not None and item.free()
 
 
 def _rolled_back(writes: list[Write]) -> None:

@@ -1,9 +1,11 @@
 """Named SQL of the cluster's admission epoch (:mod:`daemon.admission.cluster`).
 
 One row, ``cluster_epoch`` id 1, bumped as the first statement of every write
-transaction of a daemon sharing PostgreSQL with others: the bump's row lock is
-held to the commit, so those transactions run one at a time cluster-wide, and
-the returned epoch says whether another daemon wrote since this one last did.
+transaction that may decide a limit, of a daemon sharing PostgreSQL with
+others: the bump's row lock is held to the commit, so those transactions run
+one at a time cluster-wide, and the returned epoch says whether another daemon
+wrote since this one last did. A transaction that decides no limit holds the
+row ``FOR SHARE`` instead, beside other such holders (:func:`share_postgres`).
 """
 
 from __future__ import annotations
@@ -27,28 +29,51 @@ RATE_PREFIX = "quota:rate:"
 RETAINED_PREFIX = "quota:retained:"
 
 
-def bump(conn: sqlite3.Connection) -> int:
-    """Take the epoch row's lock (waiting for the holder's commit) and advance it;
-    the new epoch."""
+def bump(conn: sqlite3.Connection) -> tuple[int, int]:
+    """Take the epoch row's lock (waiting for the holder's commit) and advance it:
+    the new epoch, and the share-mode transactions counted so far (none here:
+    one daemon owns a SQLite file)."""
     row = conn.execute(
         "UPDATE cluster_epoch SET epoch = epoch + 1 WHERE id = 1 RETURNING epoch"
     ).fetchone()
     if row is None:  # a schema without the row: refuse loudly rather than decide unlocked
         raise RuntimeError("cluster_epoch has no row 1: the schema is incomplete")
-    return int(row[0])
+    return int(row[0]), 0
 
 
-def bump_postgres(conn: Any) -> int:
+#: The share-mode transactions begun so far: ``cluster_shares``' last value (0
+#: before the first). Read in the bump's ``RETURNING``, so after its lock: every
+#: share holder counted has ended by then.
+_SHARES = "(SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM cluster_shares)"
+
+
+def bump_postgres(conn: Any) -> tuple[int, int]:
     """:func:`bump` on PostgreSQL, noting the transaction's id on the connection
     facade too, in the same statement (asked after a COMMIT whose answer was
     lost: :mod:`daemon.store.commit_outcome`)."""
     row = conn.execute(
-        "UPDATE cluster_epoch SET epoch = epoch + 1 WHERE id = 1 RETURNING epoch, txid_current()"
+        "UPDATE cluster_epoch SET epoch = epoch + 1 WHERE id = 1 "
+        f"RETURNING epoch, txid_current(), {_SHARES}"
     ).fetchone()
     if row is None:
         raise RuntimeError("cluster_epoch has no row 1: the schema is incomplete")
     conn.transaction_id = int(row[1])
-    return int(row[0])
+    return int(row[0]), int(row[2])
+
+
+def share(_conn: sqlite3.Connection) -> tuple[int, int]:
+    """Hold the epoch row in share mode: never on SQLite, whose one daemon has no
+    other to run beside."""
+    raise RuntimeError("share-mode transactions are PostgreSQL's (daemon.admission.cluster)")
+
+
+def share_postgres(conn: Any) -> tuple[int, int]:
+    """Take the epoch row ``FOR SHARE`` (waiting for an exclusive holder's commit),
+    then count this transaction in ``cluster_shares``: the epoch, and this
+    transaction's number there (schema_postgres.V12_POSTGRES's function)."""
+    epoch, number, xid = conn.execute("SELECT cluster_share()").fetchone()[0]
+    conn.transaction_id = int(xid)
+    return int(epoch), int(number)
 
 
 class LimitState(NamedTuple):

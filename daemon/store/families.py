@@ -211,8 +211,13 @@ class RetentionStore(Protocol):
 class EpochStore(Protocol):
     """The cluster's admission epoch (PostgreSQL shared by several daemons)."""
 
-    def bump(self) -> int:
-        """Lock the epoch row to the commit and advance it; the new epoch."""
+    def bump(self) -> tuple[int, int]:
+        """Lock the epoch row to the commit and advance it: the new epoch, and how
+        many share-mode transactions had begun (``cluster_shares``)."""
+
+    def share(self) -> tuple[int, int]:
+        """Hold the epoch row in share mode to the commit: the epoch, and this
+        transaction's number among the share-mode ones."""
 
     def limits(self) -> Any:
         """Every limit's state, in one read (:class:`daemon.store.epoch.LimitState`)."""

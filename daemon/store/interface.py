@@ -294,6 +294,8 @@ class Transaction(Protocol):
 
     store: Store
     now_ms: int
+    #: A share-mode transaction (daemon.admission.cluster): no limit decided in it.
+    shared: bool
 
     def after(self, effect: Callable[[], None]) -> None:
         """Run ``effect`` once the transaction has committed (never if not)."""
@@ -322,11 +324,16 @@ class Committer(Protocol):
     pending: list[Pending]
 
     def submit(
-        self, fn: Callable[[Any], Any], done: Callable[[Any, BaseException | None], None]
+        self,
+        fn: Callable[[Any], Any],
+        done: Callable[[Any, BaseException | None], None],
+        free: Callable[[], bool] | None = None,
     ) -> Any:
-        """Queue ``fn`` for the next transaction; ``done`` is called when settled."""
+        """Queue ``fn`` for the next transaction; ``done`` is called when settled.
+        ``free`` says whether it decides no limit (it may then share the cluster's
+        epoch lock: daemon.admission.limit_free)."""
 
-    async def write(self, fn: Callable[[Any], T]) -> T:
+    async def write(self, fn: Callable[[Any], T], free: Callable[[], bool] | None = None) -> T:
         """Run ``fn(tx)`` in the next group transaction; its result after COMMIT."""
 
     def run_now(self, fn: Callable[[Any], T]) -> T:

@@ -292,6 +292,12 @@ def _v11_budget_enforce(db: sqlite_utils.Database) -> None:
     db["budgets"].add_column("enforce", int, not_null_default=1)
 
 
+def _v12_share_mode(_db: sqlite_utils.Database) -> None:
+    # PostgreSQL's share-mode transactions (daemon.admission.cluster): one
+    # daemon owns a SQLite file, so nothing here.
+    pass
+
+
 #: Every migration, in order: entry ``i`` is version ``i + 1`` (the version
 #: field says so for the reader; tests/unit/test_schema.py holds them equal).
 MIGRATIONS: list[Migration] = [
@@ -306,6 +312,7 @@ MIGRATIONS: list[Migration] = [
     Migration(9, "window_usage", _v9_window_usage, pg.V9_POSTGRES),
     Migration(10, "budget_pause", _v10_budget_pause, pg.V10_POSTGRES),
     Migration(11, "budget_enforce", _v11_budget_enforce, pg.V11_POSTGRES),
+    Migration(12, "share_mode", _v12_share_mode, pg.V12_POSTGRES),
 ]
 
 

@@ -186,3 +186,22 @@ V10_POSTGRES = (
 
 #: A budget's shadow mode (schema.py's ``_v11_budget_enforce``).
 V11_POSTGRES = ("ALTER TABLE budgets ADD COLUMN enforce bigint NOT NULL DEFAULT 1",)
+
+#: Share-mode write transactions (schema.py's ``_v12_share_mode``): a sequence
+#: each one ticks once it holds the epoch row ``FOR SHARE``, so an exclusive
+#: holder knows whether any committed since it last looked, and the function
+#: that takes the lock and then ticks, in this order (in one statement, the
+#: sequence could tick before the lock wait).
+V12_POSTGRES = (
+    "CREATE SEQUENCE cluster_shares",
+    """CREATE FUNCTION cluster_share() RETURNS bigint[] LANGUAGE plpgsql AS $$
+    DECLARE
+      current_epoch bigint;
+    BEGIN
+      SELECT epoch INTO current_epoch FROM cluster_epoch WHERE id = 1 FOR SHARE;
+      IF NOT FOUND THEN
+        RAISE EXCEPTION 'cluster_epoch has no row 1: the schema is incomplete';
+      END IF;
+      RETURN ARRAY[current_epoch, nextval('cluster_shares'), txid_current()];
+    END $$""",
+)

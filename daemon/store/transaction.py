@@ -14,10 +14,14 @@ class Tx:
     (:class:`~daemon.store.interface.Transaction`): ``store`` to read and write
     through, ``now_ms``, and the write's effects on memory."""
 
-    __slots__ = ("_after", "_undo", "conn", "now_ms", "store")
+    __slots__ = ("_after", "_undo", "conn", "now_ms", "shared", "store")
 
-    def __init__(self, store: SqliteStore, now_ms: int) -> None:
+    def __init__(self, store: SqliteStore, now_ms: int, shared: bool = False) -> None:
         self.store = store
+        #: A share-mode transaction (daemon.admission.cluster): it holds the
+        #: cluster's epoch lock beside others, so its writes move nothing a
+        #: limit counts (a claim's catch-up leaves due timers to their own writes).
+        self.shared = shared
         #: SQLite's connection, for this package and white-box tests only.
         self.conn = store.conn
         self.now_ms = now_ms
@@ -46,15 +50,21 @@ class Tx:
 Done = Callable[[Any, BaseException | None], None]
 
 
+#: Whether a write decides no limit, asked of memory as it joins a transaction
+#: (daemon.admission.limit_free); None: it may decide one.
+Free = Callable[[], bool] | None
+
+
 class Write:
-    __slots__ = ("done", "error", "fn", "result", "tx", "withdrawn")
+    __slots__ = ("done", "error", "fn", "free", "result", "tx", "withdrawn")
 
     # ``tx`` is set while the write's effects stand: after it ran without
     # error, until its transaction commits or rolls back.
 
-    def __init__(self, fn: Callable[[Tx], Any], done: Done) -> None:
+    def __init__(self, fn: Callable[[Tx], Any], done: Done, free: Free = None) -> None:
         self.fn = fn
         self.done = done
+        self.free = free
         self.result: Any = None
         self.error: BaseException | None = None
         self.tx: Tx | None = None

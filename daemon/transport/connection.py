@@ -194,7 +194,9 @@ class Connection:
             if plan.write is None:
                 self._reply(request, plan, None)
             else:
-                self.core.writer.submit(plan.write, partial(self._settled, request, plan))
+                self.core.writer.submit(
+                    plan.write, partial(self._settled, request, plan), plan.free
+                )
         except Refused as refused:
             self._refuse(request, refused)
         except Exception as exc:

@@ -295,10 +295,12 @@ def _shed_one(core: Services, tx: Tx, call: Call, a: EnqueueArgs, reason: str,
 @verb("enqueue", ("produce",), EnqueueArgs)
 def enqueue(core: Services, call: Call, a: EnqueueArgs) -> Plan:
     """Enqueue one job."""
-    return Plan(enqueue_write(core, call, [a]), lambda results: results[0])
+    return Plan(enqueue_write(core, call, [a]), lambda results: results[0],
+                core.limit_free.enqueue(call.namespace, [a]))  # fmt: skip
 
 
 @verb("enqueue_many", ("produce",), EnqueueManyArgs)
 def enqueue_many(core: Services, call: Call, a: EnqueueManyArgs) -> Plan:
     """Enqueue a batch; all of it lands or none does."""
-    return Plan(enqueue_write(core, call, a.jobs), lambda results: {"results": results})
+    return Plan(enqueue_write(core, call, a.jobs), lambda results: {"results": results},
+                core.limit_free.enqueue(call.namespace, a.jobs))  # fmt: skip

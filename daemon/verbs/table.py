@@ -45,10 +45,12 @@ def _as_is(result: Any) -> Answer | Later:
 
 @attrs.frozen
 class Plan:
-    """What a call does: ``write`` (or None) and how to ``answer`` from its result."""
+    """What a call does: ``write`` (or None) and how to ``answer`` from its result;
+    ``free``, when its write decides no limit (:mod:`daemon.admission.limit_free`)."""
 
     write: Callable[[Tx], Any] | None = None
     answer: Callable[[Any], Answer | Later] = _as_is
+    free: Callable[[], bool] | None = None
 
 
 def answer_now(answer: Answer) -> Plan:

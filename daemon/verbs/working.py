@@ -183,7 +183,7 @@ def claim_next(core: Services, call: Call, a: ClaimNextArgs) -> Plan:
             if not waiter.event.is_set() or core.router.closed:
                 return _empty(core, namespace, queues)
             write, waiting = attempt()
-            claimed = await core.writer.write(write)
+            claimed = await core.writer.write(write, free)
             if claimed.rows:
                 return _claimed(core, claimed)
             if not waiting:
@@ -191,6 +191,7 @@ def claim_next(core: Services, call: Call, a: ClaimNextArgs) -> Plan:
             waiter = waiting[0]
 
     first, first_waiting = attempt()
+    free = core.limit_free.claim(namespace)
 
     def answer(claimed: Claimed) -> dict[str, Any] | Later:
         if claimed.rows:
@@ -210,7 +211,7 @@ def claim_next(core: Services, call: Call, a: ClaimNextArgs) -> Plan:
 
         return Later(lambda: wait_for_work(waiter, release), abandon)
 
-    return Plan(first, answer)
+    return Plan(first, answer, free)
 
 
 def _owned(core: Services, call: Call, tx: Tx, job_id: str) -> JobRow:
@@ -268,11 +269,13 @@ def claim(core: Services, call: Call, a: ClaimArgs) -> Plan:
 Change = Callable[[Tx, JobRow], Any]
 
 
-def _on_lease(core: Services, call: Call, job_id: str, lease: str, change: Change) -> Plan:
+def _on_lease(core: Services, call: Call, job_id: str, lease: str, change: Change,
+              *, free: bool = False) -> Plan:  # fmt: skip
     """A plan whose write applies ``change`` to the job held under ``lease``.
 
     ``change`` makes guarded updates: when the remembered row turns out stale,
     nothing was changed and the store says precisely why the lease is gone.
+    ``free``: the change decides no limit when nothing limits the namespace.
     """
 
     def write(tx: Tx) -> Any:
@@ -282,7 +285,7 @@ def _on_lease(core: Services, call: Call, job_id: str, lease: str, change: Chang
         except StaleRow:
             raise _lost(core, call, tx, job_id, lease) from None
 
-    return Plan(write, _job_answer)
+    return Plan(write, _job_answer, core.limit_free.settle(call.namespace) if free else None)
 
 
 @verb("heartbeat", ("consume",), HeartbeatArgs)
@@ -294,8 +297,8 @@ def heartbeat(core: Services, call: Call, a: HeartbeatArgs) -> Plan:
         tx.store.jobs.extend_lease(row, expires, tx.now_ms)
         return expires
 
-    plan = _on_lease(core, call, a.job_id, a.lease, change)
-    return Plan(plan.write, lambda expires: {"lease_expires_at": expires})
+    plan = _on_lease(core, call, a.job_id, a.lease, change, free=True)
+    return Plan(plan.write, lambda expires: {"lease_expires_at": expires}, plan.free)
 
 
 @verb("complete", ("consume",), CompleteArgs)
@@ -308,7 +311,7 @@ def complete(core: Services, call: Call, a: CompleteArgs) -> Plan:
         return tx.store.jobs.finish(row, event="complete", state=lc.COMPLETED, now=tx.now_ms,
                                     result=result, budgets=budgets)  # fmt: skip
 
-    return _on_lease(core, call, a.job_id, a.lease, change)
+    return _on_lease(core, call, a.job_id, a.lease, change, free=True)
 
 
 @verb("complete_many", ("consume",), CompleteManyArgs)
@@ -354,7 +357,8 @@ def complete_many(core: Services, call: Call, a: CompleteManyArgs) -> Plan:
                 item["state"] = lc.COMPLETED
         return outcome
 
-    return Plan(write, lambda results: {"results": results})
+    return Plan(write, lambda results: {"results": results},
+                core.limit_free.settle(call.namespace))  # fmt: skip
 
 
 @verb("fail", ("consume",), FailArgs)
