@@ -228,7 +228,10 @@ def ensure_queue(known: set[tuple[str, str]], tx: Tx, namespace: str, queue: str
     key = (namespace, queue)
     if key not in known:
         tx.store.queues.ensure(namespace, queue, tx.now_ms)
-        tx.after(lambda: known.add(key))
+        # Known at once, so the batch's other jobs of the queue do not record it
+        # again; forgotten if the write is rolled back.
+        known.add(key)
+        tx.undo(lambda: known.discard(key))
 
 
 def _result(row: JobRow, payload: Any, *, duplicate: bool, folded: bool,

@@ -7,6 +7,7 @@ import trio
 import trio.testing
 
 from actors.errors import Refused
+from daemon.verbs.producing import ensure_queue
 from tests.unit.harness import (
     WALL0,
     call,
@@ -236,3 +237,26 @@ async def test_integers_past_the_stores_range_are_invalid_not_internal(
         with pytest.raises(Refused) as info:
             await call(core, op, **({} if op == "audit_list" else base), **args)
         assert (info.value.code, info.value.details.get("field")) == ("invalid_argument", field)
+
+
+async def test_a_new_queue_is_recorded_once_per_batch_and_forgotten_with_its_write(
+    tmp_path, autojump_clock
+):
+    async with running_core(tmp_path, timers=False) as core:
+        statements: list[str] = []
+        core.conn.set_trace_callback(statements.append)
+        await call(core, "enqueue_many", jobs=[{"queue": "fresh", "type": "t"}] * 50)
+        core.conn.set_trace_callback(None)
+        assert sum("INSERT INTO queues" in s for s in statements) == 1
+        assert ("default", "fresh") in core.known_queues
+
+        def refused_after_recording(tx):
+            ensure_queue(core.known_queues, tx, "default", "gone")
+            raise Refused("conflict", "refused after the queue was recorded")
+
+        with pytest.raises(Refused):
+            await core.writer.write(refused_after_recording)
+        assert ("default", "gone") not in core.known_queues
+        assert (
+            core.conn.execute("SELECT count(*) FROM queues WHERE queue = 'gone'").fetchone()[0] == 0
+        )
