@@ -162,7 +162,7 @@ class Core:
         #: Which writes decide no limit (share mode on PostgreSQL).
         self.limit_free = LimitFree(
             namespaces=self.namespaces, policies=self.policies, budgets=self.budgets,
-            timers=self.timers, clock=clock,
+            timers=self.timers, clock=clock, known_queues=lambda: self.known_queues,
         )  # fmt: skip
         self.cluster: ClusterSync | None = None
         if pool is not None:  # PostgreSQL: other daemons may share it (daemon.admission.cluster)

@@ -7,8 +7,10 @@ memory, as the write joins a transaction, and is False unless shown True:
 
 - the namespace has no quota document (nor a broken one), no queue policy and
   no budget, so no step of admission counts anything in it;
-- an enqueue binds no budget and names no ``unique_key`` (the uniqueness check
-  reads and then inserts: two daemons side by side would both insert);
+- an enqueue binds no budget, names no ``unique_key`` (the uniqueness check
+  reads and then inserts: two daemons side by side would both insert) and
+  goes to queues that exist (two daemons recording the same new queues in
+  opposite orders would deadlock);
 - a claim finds the job timers with nothing due: their catch-up (promotions,
   reaps of any namespace) is left to the timers' own, exclusive, writes.
 
@@ -21,7 +23,7 @@ on another daemon meanwhile turns the transaction exclusive
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from actors.budgets import Budgets
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
 class _Job(Protocol):
     """What an enqueue's job says that matters here."""
 
+    queue: str
     budgets: Sequence[object] | None
     unique_key: str | None
 
@@ -44,8 +47,10 @@ class LimitFree:
     """Predicates over one daemon's memory: does a write decide no limit?"""
 
     def __init__(self, *, namespaces: Namespaces, policies: Policies, budgets: Budgets,
-                 timers: JobTimers, clock: Clock) -> None:  # fmt: skip
+                 timers: JobTimers, clock: Clock,
+                 known_queues: Callable[[], Collection[tuple[str, str]]]) -> None:  # fmt: skip
         self._namespaces = namespaces
+        self._known_queues = known_queues
         self._policies = policies
         self._budgets = budgets
         self._timers = timers
@@ -69,7 +74,13 @@ class LimitFree:
         """The predicate of an enqueue of ``jobs``; None when they may decide a limit."""
         if any(job.budgets or job.unique_key is not None for job in jobs):
             return None
-        return lambda: self.namespace(namespace)
+        keys = {(namespace, job.queue) for job in jobs}
+
+        def free() -> bool:
+            known = self._known_queues()
+            return self.namespace(namespace) and all(key in known for key in keys)
+
+        return free
 
     def claim(self, namespace: str) -> Callable[[], bool]:
         """The predicate of a claim of ``namespace``'s queues."""

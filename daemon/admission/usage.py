@@ -63,8 +63,13 @@ class Meter:
             tx.undo(lambda key=key, n=n: sums.__setitem__(key, sums[key] - n))
 
     def flush(self, store: Store) -> None:
+        """One upsert per (namespace, minute), in key order: share-mode
+        transactions of several daemons upsert side by side, and rows locked
+        in one order cannot deadlock."""
         if self._sums:
-            store.usage.meter([(ns, minute, n) for (ns, minute), n in self._sums.items() if n])
+            store.usage.meter(
+                [(ns, minute, n) for (ns, minute), n in sorted(self._sums.items()) if n]
+            )
 
     def committed(self) -> None:
         self._sums.clear()

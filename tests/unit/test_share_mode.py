@@ -20,7 +20,9 @@ import trio
 
 from actors.clock import Clock
 from daemon.admission.cluster import CHECKS
+from daemon.admission.usage import Meter
 from daemon.core import Core
+from daemon.store.interface import MINUTE_MS
 from tests.model.stores import ModelDatabase, PostgresExample
 from tests.unit.harness import WALL0, call, claim_jobs
 
@@ -100,7 +102,9 @@ async def test_the_daemon_making_a_policy_counts_what_others_claimed_in_share_mo
 async def test_a_budget_made_elsewhere_turns_the_namespace_exclusive_until_deleted(pg_dsn):
     async with two_daemons(pg_dsn) as (a, b):
         await call(b, "enqueue", queue="q", type="t")
+        assert b.cluster.shared == 0  # a queue new to B: recorded exclusively
         await call(b, "enqueue", queue="q", type="t")
+        await call(b, "enqueue_many", jobs=[{"queue": "q", "type": "t"}] * 2)
         assert b.cluster.shared == 2
         reloads = b.cluster.shared_reloads
         await call(a, "budget_create", key="slots", allocation=2,
@@ -125,3 +129,28 @@ async def test_a_claim_with_timers_due_runs_exclusive_and_catches_up(pg_dsn):
         shared = a.cluster.shared
         assert len(await claim_jobs(a)) == 1
         assert a.cluster.shared == shared
+
+
+def test_usage_is_upserted_in_one_order_whatever_order_the_writes_came_in():
+    """Share-mode transactions of two daemons upsert ``usage_minutes`` side by side:
+    rows locked in one order (the key's) cannot deadlock."""
+
+    class Tx:
+        now_ms = 3 * MINUTE_MS
+
+        def undo(self, _inverse):
+            pass
+
+    class Store:
+        class usage:
+            rows: list = []
+
+            @classmethod
+            def meter(cls, rows):
+                cls.rows = rows
+
+    meter = Meter()
+    meter.note(Tx(), {"zeta": 1, "alpha": 2})
+    meter.note(Tx(), {"mid": 3, "alpha": 1})
+    meter.flush(Store)
+    assert Store.usage.rows == [("alpha", 3, 3), ("mid", 3, 3), ("zeta", 3, 1)]
