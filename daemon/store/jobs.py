@@ -559,6 +559,40 @@ def complete_many(
     their leases) with one statement run for all; their rows after, or None
     when any guard failed, having changed nothing (so the caller can go one
     job at a time and say which)."""
+    groups, done = _completions(rows, now)
+    return done if _complete_groups(conn, groups, len(rows), now) else None
+
+
+def complete_many_postgres(
+    conn: Any, rows: list[tuple[Row, str | None]], now: int
+) -> list[Row] | None:
+    """:func:`complete_many` on PostgreSQL: the usual batch (one claim's jobs,
+    one result) is one statement that changes all of its rows or none, so it
+    needs no savepoint around it (two round trips fewer)."""
+    groups, done = _completions(rows, now)
+    if len(groups) == 1 and len(rows) <= _IN_CHUNK:
+        (((lease, result), ids),) = groups.items()
+        statement, params = _in_list(_COMPLETE_ALL_POSTGRES, ids)
+        changed = conn.execute(statement, (*params, lease, now, now, result, len(rows))).rowcount
+        return done if changed == len(rows) else None
+    return done if _complete_groups(conn, groups, len(rows), now) else None
+
+
+#: All of one (lease, result) group, or none: the guarded rows are locked and
+#: counted first (a job named twice is one row: the count falls short).
+_COMPLETE_ALL_POSTGRES = (
+    "WITH target AS (SELECT id FROM jobs WHERE id IN ({}) AND state = 'running' "
+    "AND lease = ? FOR UPDATE) "
+    "UPDATE jobs SET state = 'completed', lease = NULL, lease_expires_at = NULL, "
+    "updated_at = ?, finished_at = ?, result = ?, dead = NULL "
+    "WHERE id IN (SELECT id FROM target) AND (SELECT count(*) FROM target) = ? RETURNING id"
+)
+
+
+def _completions(
+    rows: list[tuple[Row, str | None]], now: int
+) -> tuple[dict[tuple[str, str | None], list[str]], list[Row]]:
+    """The ids of ``rows`` by (lease, result), and the rows as completed."""
     # Jobs of one claim share a lease, and most results are alike (none): one
     # statement per (lease, result) and up to _IN_CHUNK ids.
     groups: dict[tuple[str, str | None], list[str]] = {}
@@ -575,18 +609,26 @@ def complete_many(
             max_attempts, lease_ms, ready_at, created_at, now, now, None, None, unique_key,
             budgets, error, result, None, parked_on, grp,
         )))  # fmt: skip
+    return groups, done
+
+
+def _complete_groups(
+    conn: Any, groups: dict[tuple[str, str | None], list[str]], total: int, now: int
+) -> bool:
+    """Every group completed, inside a savepoint; False (nothing changed) when
+    fewer than ``total`` rows passed their guards."""
     conn.execute("SAVEPOINT complete_many")
     changed = 0
     for (lease, result), ids in groups.items():
         for start in range(0, len(ids), _IN_CHUNK):
             statement, params = _in_list(_COMPLETE_MANY, ids[start : start + _IN_CHUNK])
             changed += conn.execute(statement, (now, now, result, *params, lease)).rowcount
-    if changed != len(rows):
+    if changed != total:
         conn.execute("ROLLBACK TO complete_many")
         conn.execute("RELEASE complete_many")
-        return None
+        return False
     conn.execute("RELEASE complete_many")
-    return done
+    return True
 
 
 def replay(conn: sqlite3.Connection, before: Row, now: int, grouped: bool = False) -> Row:

@@ -410,6 +410,23 @@ def test_complete_many_is_all_or_nothing(store):
     _unchanged(store, [completed, c], lambda tx: tx.store.jobs.complete_many(again, T + 2))
 
 
+def test_complete_many_of_one_claim_is_all_or_nothing(store):
+    """One lease, one result (PostgreSQL's one-statement batch): a job finished
+    meanwhile, or one named twice, and nothing of the batch moves."""
+    _insert(store, _job("a"), _job("b"), _job("c"))
+    a, b, c = _claim(store)
+    assert a.lease == b.lease == c.lease
+    store.write(lambda tx: tx.store.jobs.complete_many([(b, None)], T))  # b is done
+    for batch in ([(a, None), (b, None), (c, None)], [(a, None), (a, None)]):
+        assert (
+            store.write(lambda tx, batch=batch: tx.store.jobs.complete_many(batch, T + 1)) is None
+        )
+        assert [store.job(i) for i in "ac"] == [a, c]
+    done = store.write(lambda tx: tx.store.jobs.complete_many([(a, None), (c, None)], T + 2))
+    assert [r.id for r in done] == ["a", "c"] and {r.state for r in done} == {lc.COMPLETED}
+    assert [store.job(i).state for i in "ac"] == [lc.COMPLETED, lc.COMPLETED]
+
+
 # -- reap at the horizon ---------------------------------------------------------------
 
 
