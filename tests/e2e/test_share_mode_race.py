@@ -12,10 +12,12 @@ committed before the policy (its exclusive lock waited for every share holder),
 and everything of the namespace after it is exclusive, so the sequence is the
 commit order where it matters.
 
-With the share holders' epoch check swapped out
-(``SLUICEGATE_TEST_UNCHECKED_SHARE=epoch``) daemon B keeps claiming in share
-mode past the policy until it next reads the state back, and the record must
-show the cap over-admitted: the check is what holds the limit.
+That each share-mode check is what holds the limit is shown step by step in
+tests/unit/test_share_mode.py, each check swapped out in turn. Not here: with
+the epoch check swapped out, daemon B over-admits only until it next reads the
+state back, which the policy's notice makes it do within milliseconds, so
+whether one of its claims falls in between depends on the machine's load (a
+CI run under load saw none).
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ from typing import Any
 
 import pytest
 
-from daemon.admission.cluster import UNCHECKED_ENV
 from tests.chaos.pg_nemesis import RECORDER
 from tests.e2e.test_cluster_exactness import _daemon, _wait
 
@@ -85,11 +86,11 @@ def _claimer(daemon: Any, seed: int, stop: threading.Event, errors: list[Any]) -
         stop.set()
 
 
-def _run(tmp_path: Path, dsn: str, env: dict[str, str]) -> tuple[int, list[str], list[int]]:
+def _run(tmp_path: Path, dsn: str) -> tuple[int, list[str], list[int]]:
     with ExitStack() as stack:
         daemons = []
         for i in range(2):
-            daemon = _daemon(tmp_path / f"d{i}", dsn, env)
+            daemon = _daemon(tmp_path / f"d{i}", dsn, {})
             stack.callback(daemon.cleanup)
             daemons.append(daemon)
         a = daemons[0]
@@ -129,13 +130,7 @@ def _run(tmp_path: Path, dsn: str, env: dict[str, str]) -> tuple[int, list[str],
 def test_a_policy_set_mid_run_holds_at_once_though_both_daemons_worked_in_share_mode(
     tmp_path, pg_dsn
 ):
-    claimed, overs, shared = _run(tmp_path, pg_dsn, {})
+    claimed, overs, shared = _run(tmp_path, pg_dsn)
     assert all(n > 0 for n in shared), shared  # both daemons wrote in share mode
     assert claimed >= AFTER
     assert overs == [], overs[:5]
-
-
-def test_the_check_catches_share_holders_that_skip_the_epoch_check(tmp_path, pg_dsn):
-    _claimed, overs, _shared = _run(tmp_path, pg_dsn, {UNCHECKED_ENV: "epoch"})
-    print(f"{len(overs)} claims over the cap, the first: {overs[:3]}")
-    assert overs, "no over-admission with the share holders' epoch check swapped out"
