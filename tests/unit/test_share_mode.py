@@ -17,6 +17,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 import trio
+import trio.testing
 
 from actors.clock import Clock
 from daemon.admission.cluster import CHECKS
@@ -122,10 +123,16 @@ async def test_a_budget_made_elsewhere_turns_the_namespace_exclusive_until_delet
         assert b.cluster.shared == 3  # a unique key reads, then inserts: exclusive
 
 
-async def test_a_claim_with_timers_due_runs_exclusive_and_catches_up(pg_dsn):
+@pytest.fixture
+def jumping_clock() -> trio.testing.MockClock:
+    """Real time's pace (asyncpg's timers run on it too), moved on at will."""
+    return trio.testing.MockClock(rate=1)
+
+
+async def test_a_claim_with_timers_due_runs_exclusive_and_catches_up(pg_dsn, jumping_clock):
     async with two_daemons(pg_dsn) as (a, _b):
-        await call(a, "enqueue", queue="q", type="t", delay_ms=1)
-        await trio.sleep(0.01)  # the job is due: the claim promotes it (exclusively)
+        await call(a, "enqueue", queue="q", type="t", delay_ms=1_000)
+        jumping_clock.jump(1.0)  # the job is due: the claim promotes it (exclusively)
         shared = a.cluster.shared
         assert len(await claim_jobs(a)) == 1
         assert a.cluster.shared == shared
