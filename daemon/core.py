@@ -172,7 +172,7 @@ class Core:
                 locked=not unsafe_unlocked(),
             )  # fmt: skip
             self.cluster.checks = share_checks()
-            self.writer.shares = self.cluster.locked
+            self.writer.shares = self.limit_free.enabled = self.cluster.locked
             self.cluster.on_heard.append(self.watcher.nudge)
             self.writer.begun.append(self.cluster.begin)
             self.writer.pending.append(self.cluster)

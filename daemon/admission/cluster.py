@@ -145,7 +145,7 @@ class ClusterSync:
         """The transaction's first statement: the epoch lock, then a reload if
         another daemon committed since our last look (the module says when)."""
         self._next = self._number = None
-        if shared and self.locked:
+        if shared:  # only ever asked when locked (Core sets GroupCommit.shares)
             epoch, self._number = store.epoch.share()
             if "epoch" in self.checks and epoch != self.epoch:
                 # Exclusive writers committed since: they have all ended (we hold

@@ -57,6 +57,9 @@ class LimitFree:
         self._clock = clock
         self._budgeted: set[str] = set()
         self._budgets_version = -1
+        #: Whether anything asks (share mode is on: PostgreSQL, locked). Off, every
+        #: write is exclusive and the verbs' hot paths build no predicate.
+        self.enabled = False
 
     def namespace(self, namespace: str) -> bool:
         """Nothing in ``namespace`` limits work: no quota, policy or budget."""
@@ -72,7 +75,7 @@ class LimitFree:
 
     def enqueue(self, namespace: str, jobs: Sequence[_Job]) -> Callable[[], bool] | None:
         """The predicate of an enqueue of ``jobs``; None when they may decide a limit."""
-        if any(job.budgets or job.unique_key is not None for job in jobs):
+        if not self.enabled or any(job.budgets or job.unique_key is not None for job in jobs):
             return None
         keys = {(namespace, job.queue) for job in jobs}
 
@@ -82,10 +85,14 @@ class LimitFree:
 
         return free
 
-    def claim(self, namespace: str) -> Callable[[], bool]:
+    def claim(self, namespace: str) -> Callable[[], bool] | None:
         """The predicate of a claim of ``namespace``'s queues."""
+        if not self.enabled:
+            return None
         return lambda: self.namespace(namespace) and not self._timers.due(self._clock.now_ms())
 
-    def settle(self, namespace: str) -> Callable[[], bool]:
+    def settle(self, namespace: str) -> Callable[[], bool] | None:
         """The predicate of a completion or a heartbeat of ``namespace``'s jobs."""
+        if not self.enabled:
+            return None
         return lambda: self.namespace(namespace)

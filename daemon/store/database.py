@@ -286,7 +286,7 @@ class GroupCommit(FailingStore):
                         continue
                     writes.append(item)
                 item = writes[index]
-                if shared and not _free(item):
+                if shared and index and not _free(item):  # the first was asked by _open
                     # It may decide a limit: it and the rest wait for the next,
                     # exclusive, transaction.
                     self._queue.extendleft(reversed(writes[index:]))
