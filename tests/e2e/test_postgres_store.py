@@ -14,7 +14,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from tests.support import DaemonProcess, wait_until
+from tests.support import DaemonProcess, token_tables, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
 
@@ -304,3 +304,42 @@ def test_each_role_is_held_by_one_daemon(two_daemons):
     for role in ("retention", "rollup"):
         assert wait_until(lambda role=role: holders(role) >= 1, timeout=20, what=role)
         assert holders(role) == 1, role
+
+
+def test_another_tenant_cannot_settle_a_job_through_the_other_daemon_in_share_mode(
+    tmp_path, pg_dsn
+):
+    """Found by hand against share mode: a job claimed through daemon A is settled
+    through daemon B (which never saw it: the store answers, in a share-mode
+    transaction). Another namespace's token gets ``not_found`` for every verb
+    that names it, and the owner's completions through B land, once."""
+    tokens = token_tables(
+        {"name": "a", "token": "tok-a-0123456789", "namespace": "A",
+         "grants": ["produce", "consume"]},
+        {"name": "b", "token": "tok-b-9876543210", "namespace": "B",
+         "grants": ["produce", "consume"], "hashed": True},
+    )  # fmt: skip
+    da, db = _daemon(tmp_path / "a", pg_dsn, tokens), _daemon(tmp_path / "b", pg_dsn, tokens)
+    try:
+        with closing(da.client()) as a1, closing(db.client()) as a2, closing(db.client()) as b2:
+            a1.ok("hello", token="tok-a-0123456789")
+            a2.ok("hello", token="tok-a-0123456789")
+            b2.ok("hello", token="tok-b-9876543210")
+            for _ in range(2):  # the second, in share mode: the queue is known
+                a1.ok("enqueue_many", jobs=[{"queue": "q", "type": "t"}] * 5)
+            jobs = [j["job"] for j in a1.ok("claim_next", queues=["q"], max=5)["jobs"]]
+            named = [{"job_id": j["id"], "lease": j["lease"]} for j in jobs]
+            assert b2.ok("claim_next", queues=["q"], max=50)["jobs"] == []
+            assert b2.error("complete", **named[0])["code"] == "not_found"
+            assert b2.error("heartbeat", **named[0])["code"] == "not_found"
+            results = b2.ok("complete_many", jobs=named)["results"]
+            assert {r["error"]["code"] for r in results} == {"not_found"}
+            assert a2.ok("get", job_id=jobs[0]["id"])["job"]["status"] == "running"
+            results = a2.ok("complete_many", jobs=named)["results"]
+            assert [r.get("state") for r in results] == ["completed"] * 5
+            again = a2.ok("complete_many", jobs=named[:1] * 2)["results"]
+            assert [r["error"]["code"] for r in again] == ["lease_lost", "lease_lost"]
+            assert a2.ok("status")["daemon"]["cluster"]["shared"] > 0
+    finally:
+        da.cleanup()
+        db.cleanup()
